@@ -1,0 +1,188 @@
+"""Gauges ``Q: A → O(d)``: the orthogonal matrix ``Q(ξ_i)`` each token carries (SPEC §1.1).
+
+A gauge is a frozen pytree holding, for the ``n`` frozen labels, what is needed to apply
+``Q(ξ_i)`` and ``Q(ξ_i)ᵀ`` row by row:
+
+- ``IdentityGauge``: ``Q = I`` (plain USA).
+- ``RoPE``: RoFormer block rotations ``blockdiag(r(θ_1 ξ), …, r(θ_m ξ))`` on the coordinate pairs
+  ``(0,1), (2,3), …``; coordinates past the ``m`` pairs stay fixed. Stored as angles ``(n, m)``, so
+  it costs ``O(n d)`` memory whatever ``d``.
+- ``DenseGauge``: any per-token orthogonal matrices ``q (n, d, d)`` (generalized RoPE, prompt
+  gauges, gauges read from a file, realisation gauges).
+
+``apply(x)`` returns the gauge frame ``u_i = Q(ξ_i) x_i``; ``apply_transpose(u)`` returns
+``Q(ξ_i)ᵀ u_i``; ``matrices()`` returns ``q (n, d, d)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.linalg
+
+AXES = {"x": (1, 2), "y": (2, 0), "z": (0, 1)}  # generator L_a rotates the plane (i, j) of axis a
+
+
+@partial(jax.tree_util.register_dataclass, data_fields=[], meta_fields=["n", "d"])
+@dataclasses.dataclass(frozen=True)
+class IdentityGauge:
+    """``Q(ξ) = I`` for every label."""
+
+    n: int
+    d: int
+
+    def apply(self, x: jax.Array) -> jax.Array:
+        return x
+
+    def apply_transpose(self, u: jax.Array) -> jax.Array:
+        return u
+
+    def matrices(self) -> jax.Array:
+        return jnp.broadcast_to(jnp.eye(self.d), (self.n, self.d, self.d))
+
+
+@partial(jax.tree_util.register_dataclass, data_fields=["angles"], meta_fields=["d"])
+@dataclasses.dataclass(frozen=True)
+class RoPE:
+    """Block rotations by ``angles[i, k] = θ_k ξ_i`` on the pairs ``(2k, 2k+1)``."""
+
+    angles: jax.Array  # (n, m), m <= d // 2
+    d: int
+
+    @property
+    def n(self) -> int:
+        return self.angles.shape[0]
+
+    def _rotate(self, x: jax.Array, sign: float) -> jax.Array:
+        m = self.angles.shape[1]
+        pairs = x[:, : 2 * m].reshape(x.shape[0], m, 2)
+        cos, sin = jnp.cos(self.angles), sign * jnp.sin(self.angles)
+        a, b = pairs[..., 0], pairs[..., 1]
+        rotated = jnp.stack([cos * a - sin * b, sin * a + cos * b], axis=-1)
+        return jnp.concatenate([rotated.reshape(x.shape[0], 2 * m), x[:, 2 * m :]], axis=1)
+
+    def apply(self, x: jax.Array) -> jax.Array:
+        return self._rotate(x, 1.0)
+
+    def apply_transpose(self, u: jax.Array) -> jax.Array:
+        return self._rotate(u, -1.0)
+
+    def matrices(self) -> jax.Array:
+        eye = jnp.broadcast_to(jnp.eye(self.d, dtype=self.angles.dtype), (self.n, self.d, self.d))
+        return jax.vmap(self.apply, in_axes=2, out_axes=2)(eye)
+
+
+@partial(jax.tree_util.register_dataclass, data_fields=["q"], meta_fields=[])
+@dataclasses.dataclass(frozen=True)
+class DenseGauge:
+    """Arbitrary per-token orthogonal matrices ``q[i] = Q(ξ_i)``."""
+
+    q: jax.Array  # (n, d, d)
+
+    @property
+    def n(self) -> int:
+        return self.q.shape[0]
+
+    @property
+    def d(self) -> int:
+        return self.q.shape[1]
+
+    def apply(self, x: jax.Array) -> jax.Array:
+        return jnp.einsum("nij,nj->ni", self.q, x)
+
+    def apply_transpose(self, u: jax.Array) -> jax.Array:
+        return jnp.einsum("nji,nj->ni", self.q, u)
+
+    def matrices(self) -> jax.Array:
+        return self.q
+
+
+Gauge = IdentityGauge | RoPE | DenseGauge
+
+
+def check_orthogonal(q: np.ndarray, *, name: str = "gauge", tol: float = 1e-8) -> np.ndarray:
+    """Return ``q (n, d, d)`` as float64 after checking every ``q[i]`` is orthogonal to ``tol``."""
+    q = np.asarray(q, dtype=np.float64)
+    if q.ndim != 3 or q.shape[1] != q.shape[2]:
+        raise ValueError(f"{name}: gauge matrices must have shape (n, d, d); got {q.shape}.")
+    if not np.all(np.isfinite(q)):
+        raise ValueError(f"{name}: gauge matrices must be finite; got non-finite entries.")
+    defect = np.abs(np.einsum("nki,nkj->nij", q, q) - np.eye(q.shape[1])).max(axis=(1, 2))
+    worst = int(np.argmax(defect))
+    if defect[worst] > tol:
+        raise ValueError(
+            f"{name}: gauge matrices must be orthogonal (|QᵀQ − I| <= {tol:g}); "
+            f"got {defect[worst]:.3g} for token {worst}."
+        )
+    return q
+
+
+def rope_frequencies(
+    d: int, *, kind: str | Sequence[float] = "full_period", n: int | None = None, base: float = 10000.0
+) -> np.ndarray:
+    """RoPE frequencies ``θ_k``: ``"roformer"`` (``base^{−2(k−1)/d}``, one per pair),
+    ``"full_period"`` (a single pair with ``θ_1 = 2π/n``), or an explicit list."""
+    if isinstance(kind, str):
+        if kind == "roformer":
+            return base ** (-2.0 * np.arange(d // 2) / d)
+        if kind == "full_period":
+            if n is None:
+                raise ValueError("rope: `n` is required for full_period frequencies.")
+            return np.array([2.0 * np.pi / n])
+        raise ValueError(f"rope: `frequencies` must be 'roformer', 'full_period' or a list; got {kind!r}.")
+    freqs = np.asarray(kind, dtype=np.float64).reshape(-1)
+    if freqs.size > d // 2:
+        raise ValueError(f"rope: `frequencies` must have at most d//2 = {d // 2} entries; got {freqs.size}.")
+    return freqs
+
+
+def make_rope(xi, d: int, frequencies: np.ndarray, *, dtype=jnp.float64) -> RoPE:
+    """RoPE gauge for scalar positions ``xi (n,)``."""
+    xi = np.asarray(xi, dtype=np.float64).reshape(-1)
+    return RoPE(angles=jnp.asarray(np.outer(xi, frequencies), dtype=dtype), d=d)
+
+
+def axis_generator(axis: str) -> np.ndarray:
+    """The skew-symmetric generator ``L_axis`` of rotations about a coordinate axis of R^3."""
+    i, j = AXES[axis]
+    g = np.zeros((3, 3))
+    g[j, i], g[i, j] = 1.0, -1.0
+    return g
+
+
+def make_generalized_rope(
+    xi, generators: Sequence[np.ndarray], rates: Sequence[float], *, omega: float, dtype=jnp.float64
+) -> DenseGauge:
+    """``Q(ξ) = Π_k exp(rates_k · omega · ξ · G_k)`` for skew-symmetric ``G_k`` (any d).
+
+    Commuting generators keep the relative property ``Q(ξ)ᵀQ(ζ) = Q(ζ − ξ)``; non-commuting ones
+    (default in d = 3: ``L_z`` then ``3 L_x``) give a wavy orbit.
+    """
+    xi = np.asarray(xi, dtype=np.float64).reshape(-1)
+    generators = [np.asarray(g, dtype=np.float64) for g in generators]
+    d = generators[0].shape[0]
+    q = np.empty((xi.size, d, d))
+    for i, position in enumerate(xi):
+        m = np.eye(d)
+        for g, rate in zip(generators, rates, strict=True):
+            m = m @ scipy.linalg.expm(rate * omega * position * g)
+        q[i] = m
+    return DenseGauge(q=jnp.asarray(q, dtype=dtype))
+
+
+def haar_orthogonal(key: jax.Array, k: int, d: int) -> np.ndarray:
+    """``k`` Haar-distributed orthogonal ``d × d`` matrices (QR of a Gaussian, signs fixed)."""
+    g = np.asarray(jax.random.normal(key, (k, d, d), dtype=jnp.float64))
+    qs, rs = np.linalg.qr(g)
+    return qs * np.sign(np.diagonal(rs, axis1=1, axis2=2))[:, None, :]
+
+
+def make_prompt_gauge(ids, q_prompts: np.ndarray, *, dtype=jnp.float64) -> DenseGauge:
+    """Prompt gauge: token ``i`` carries ``Q_{ids[i]}`` from ``q_prompts (K, d, d)``."""
+    q_prompts = check_orthogonal(q_prompts, name="prompt gauge")
+    return DenseGauge(q=jnp.asarray(q_prompts[np.asarray(ids, dtype=int)], dtype=dtype))
