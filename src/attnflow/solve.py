@@ -95,7 +95,9 @@ def solve(
 ) -> Trajectory:
     """Integrate ``dx/dt = field(x)`` from ``x0`` and store snapshots every ``save_every``."""
     if noise > 0 and integrator.adaptive:
-        raise ValueError("solve: `noise` > 0 needs a fixed-step method (euler, rk4, geodesic_rk4); got adaptive.")
+        raise ValueError(
+            "solve: `noise` > 0 needs a fixed-step method (euler, rk4, geodesic_rk4); got adaptive."
+        )
     n_snapshots = snapshot_count(t_end, save_every)
     batched = x0.ndim == 3
     key = jax.random.key(0) if key is None else key

@@ -72,9 +72,7 @@ def sample_uniform(key: jax.Array, n: int, d: int, *, dtype=jnp.float64) -> jax.
     return normalize(jax.random.normal(key, (n, d), dtype=dtype))
 
 
-def sample_cap(
-    key: jax.Array, n: int, center: jax.Array, *, sigma: float, dtype=jnp.float64
-) -> jax.Array:
+def sample_cap(key: jax.Array, n: int, center: jax.Array, *, sigma: float, dtype=jnp.float64) -> jax.Array:
     """``n`` points ``normalize(c + sigma·g)``, ``g`` standard Gaussian, ``c`` the unit center."""
     center = normalize(jnp.asarray(center, dtype=dtype))
     g = jax.random.normal(key, (n, center.shape[-1]), dtype=dtype)
@@ -90,7 +88,9 @@ def equiangular(n: int, d: int, rho0: float, *, dtype=jnp.float64) -> jax.Array:
     if d < n:
         raise ValueError(f"equiangular: `d` must be >= n = {n}; got {d}.")
     if not -1.0 / (n - 1) < rho0 < 1.0:
-        raise ValueError(f"equiangular: `rho0` must lie in (-1/(n-1), 1) = ({-1.0 / (n - 1)}, 1); got {rho0!r}.")
+        raise ValueError(
+            f"equiangular: `rho0` must lie in (-1/(n-1), 1) = ({-1.0 / (n - 1)}, 1); got {rho0!r}."
+        )
     gram = (1.0 - rho0) * np.eye(n) + rho0 * np.ones((n, n))
     chol = np.linalg.cholesky(gram)
     x = np.zeros((n, d))
