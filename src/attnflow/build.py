@@ -1,0 +1,207 @@
+"""From a validated ``Config`` to the runtime objects, built once (STYLE: config → arrays → solve).
+
+``build(config)`` is the only reader of a config: it turns the sections into frozen labels ``xi``,
+a ``Kernel`` (gauge × factor × profile), the vector field, the initial data and the integrator,
+and returns them as a ``Simulation``. Everything downstream receives arrays and pytrees.
+
+Input read from files (labels, gauges, factors, initial data) is checked here and rejected with a
+``ConfigError`` naming the key: wrong shape, non-finite values, non-orthogonal gauges,
+non-symmetric factors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from attnflow import factors, gauges, sphere
+from attnflow.config import Config, ConfigError
+from attnflow.dynamics import VectorField, make_vector_field
+from attnflow.integrators import Integrator, make_integrator
+from attnflow.kernels import Kernel, make_profile
+
+AUTO_BLOCK_THRESHOLD = 4096  # above this many tokens the interaction is evaluated in row blocks
+AUTO_BLOCK_SIZE = 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class Simulation:
+    """Everything a run needs, built from a config: arrays and pytrees, no config inside."""
+
+    kernel: Kernel
+    field: VectorField
+    x0: jax.Array
+    xi: np.ndarray
+    groups: np.ndarray | None  # prompt ids, for the conditional spread
+    integrator: Integrator
+    dt: float
+    t_end: float
+    save_every: float
+    noise: float
+    key: jax.Array
+    block_size: int | None
+
+
+def _fail(key: str, constraint: str, value) -> ConfigError:
+    return ConfigError(f"config: `{key}` must be {constraint}; got {value!r}.")
+
+
+def _load_array(key: str, path, shape: tuple[int | None, ...] | None = None) -> np.ndarray:
+    """``np.load`` the file named by ``key``; check its shape (``None`` = any size) and finiteness."""
+    try:
+        array = np.load(Path(path), allow_pickle=False)
+    except (OSError, ValueError) as error:
+        raise _fail(key, "a readable .npy file", str(path)) from error
+    if shape is None:  # labels: (n,) or (n, k)
+        shape = (None,) * array.ndim if array.ndim in (1, 2) else (None, None)
+    ok = array.ndim == len(shape) and all(
+        s is None or s == a for s, a in zip(shape, array.shape, strict=False)
+    )
+    if not ok:
+        wanted = "(" + ", ".join("*" if s is None else str(s) for s in shape) + ")"
+        raise _fail(key, f"an array of shape {wanted}", f"{path} with shape {array.shape}")
+    if not np.all(np.isfinite(array)):
+        bad = int(np.sum(~np.isfinite(array)))
+        raise _fail(key, "finite everywhere", f"{path} with {bad} non-finite entries")
+    return array.astype(np.float64)
+
+
+def make_labels(config: Config) -> np.ndarray:
+    """Frozen auxiliary labels ``xi``: positions, prompt ids, or a file (``(n,)`` or ``(n, k)``)."""
+    aux, n = config.aux, config.model.n
+    index = np.arange(n, dtype=np.float64)
+    if aux.kind == "none":
+        return np.zeros(n)
+    if aux.kind == "positions":
+        steps = {"index": 1.0, "unit": 1.0 / n}
+        if aux.spacing == "midpoint":
+            return (index + 0.5) / n
+        return index * (steps[aux.spacing] if isinstance(aux.spacing, str) else float(aux.spacing))
+    if aux.kind == "prompts":
+        if aux.assignment == "cyclic":
+            return (index % aux.n_prompts).astype(np.float64)
+        key = jax.random.key(aux.seed)
+        return np.asarray(jax.random.randint(key, (n,), 0, aux.n_prompts)).astype(np.float64)
+    xi = _load_array("aux.path", aux.path)
+    if xi.shape[0] != n:
+        raise _fail("aux.path", f"labels for n = {n} tokens, shape (n,) or (n, k)", f"shape {xi.shape}")
+    return xi
+
+
+def _scalar_labels(xi: np.ndarray, key: str) -> np.ndarray:
+    if xi.ndim != 1:
+        raise _fail(key, "used with scalar labels (aux of shape (n,))", f"labels of shape {xi.shape}")
+    return xi
+
+
+def make_gauge(config: Config, xi: np.ndarray, dtype) -> gauges.Gauge:
+    g, n, d = config.gauge, config.model.n, config.model.d
+    if g.kind == "none":
+        return gauges.IdentityGauge(n=n, d=d)
+    if g.kind == "rope":
+        freqs = gauges.rope_frequencies(d, kind=g.frequencies, n=n, base=g.base)
+        return gauges.make_rope(_scalar_labels(xi, "gauge.kind"), d, freqs, dtype=dtype)
+    if g.kind == "generalized_rope":
+        generators = g.generators if g.generators is not None else [gauges.axis_generator(a) for a in g.axes]
+        omega = 2.0 * math.pi / n if g.omega == "full_period" else float(g.omega)
+        xi = _scalar_labels(xi, "gauge.kind")
+        return gauges.make_generalized_rope(xi, generators, g.rates, omega=omega, dtype=dtype)
+    if g.kind == "prompt":
+        q_prompts = gauges.haar_orthogonal(jax.random.key(g.seed), config.aux.n_prompts, d)
+        return gauges.make_prompt_gauge(xi.astype(int), q_prompts, dtype=dtype)
+    q = _load_array("gauge.path", g.path, (n, d, d))
+    try:
+        q = gauges.check_orthogonal(q, name="gauge.path")
+    except ValueError as error:
+        raise ConfigError(f"config: {error}") from error
+    return gauges.DenseGauge(q=jnp.asarray(q, dtype=dtype))
+
+
+def make_factor(config: Config, xi: np.ndarray, dtype) -> factors.Factor:
+    f, n = config.factor, config.model.n
+    if f.kind == "none":
+        return factors.NoFactor(n=n)
+    if f.kind == "distance_bias":
+        xi = jnp.asarray(_scalar_labels(xi, "factor.kind"), dtype)
+        return factors.DistanceBias(xi=xi, slope=jnp.asarray(f.slope, dtype))
+    if f.kind == "toeplitz_cos":
+        xi = jnp.asarray(_scalar_labels(xi, "factor.kind"), dtype)
+        return factors.ToeplitzCos(xi=xi, omega=jnp.asarray(f.omega, dtype))
+    w = _load_array("factor.path", f.path, (n, n))
+    try:
+        factor = factors.make_matrix_factor(w, n=n, dtype=dtype)
+    except ValueError as error:
+        raise ConfigError(f"config: {error}") from error
+    if config.model.normalization == "sa" and not factor.nonnegative:
+        raise _fail("factor.path", "non-negative with model.normalization = 'sa'", f"min entry {w.min():.3g}")
+    return factor
+
+
+def make_initial(config: Config, gauge: gauges.Gauge, dtype) -> jax.Array:
+    """Initial data; a cap is centred in the gauge frame (``x0_i = Q(ξ_i)ᵀ u0_i``)."""
+    init, n, d = config.init, config.model.n, config.model.d
+    key = jax.random.key(init.seed)
+    if init.kind == "uniform":
+        return sphere.sample_uniform(key, n, d, dtype=dtype)
+    if init.kind == "cap":
+        u0 = sphere.sample_cap(key, n, jnp.asarray(init.center, dtype), sigma=init.sigma, dtype=dtype)
+        return gauge.apply_transpose(u0)
+    if init.kind == "equiangular":
+        return sphere.equiangular(n, d, init.rho0, dtype=dtype)
+    x0 = _load_array("init.path", init.path, (n, d))
+    norms = np.linalg.norm(x0, axis=1)
+    if np.any(norms == 0):
+        raise _fail("init.path", "free of zero rows (points are normalised onto the sphere)", str(init.path))
+    return jnp.asarray(x0 / norms[:, None], dtype=dtype)
+
+
+def resolve_block_size(config: Config) -> int | None:
+    n, block = config.model.n, config.solver.block_size
+    if block is None:
+        return AUTO_BLOCK_SIZE if n > AUTO_BLOCK_THRESHOLD else None
+    return block if block < n else None
+
+
+def build(config: Config) -> Simulation:
+    """Build every runtime object of a simulation from its config."""
+    dtype = jnp.float32 if config.solver.dtype == "float32" else jnp.float64
+    model, solver = config.model, config.solver
+    xi = make_labels(config)
+    gauge = make_gauge(config, xi, dtype)
+    profile = make_profile(model.profile, beta=model.beta, time_scale=model.time_scale, dtype=dtype)
+    kernel = Kernel(gauge=gauge, factor=make_factor(config, xi, dtype), profile=profile)
+    block_size = resolve_block_size(config)
+    field = make_vector_field(
+        kernel,
+        normalization=model.normalization,
+        causal=model.causal,
+        value=model.value,
+        block_size=block_size,
+    )
+    ratio = solver.dt * float(profile.scale)
+    if solver.method != "adaptive" and ratio > 1.0:
+        warnings.warn(
+            f"solver.dt = {solver.dt} is outside the stable range: dt·c·e^β = {ratio:.3g} > 1 "
+            f"(collapse rate ≈ 2c·e^β); consider dt <= {1.0 / float(profile.scale):.3g}.",
+            stacklevel=2,
+        )
+    return Simulation(
+        kernel=kernel,
+        field=field,
+        x0=make_initial(config, gauge, dtype),
+        xi=xi,
+        groups=xi.astype(int) if config.aux.kind == "prompts" else None,
+        integrator=make_integrator(solver.method, rtol=solver.rtol, atol=solver.atol),
+        dt=solver.dt,
+        t_end=solver.t_end,
+        save_every=solver.save_every,
+        noise=model.noise,
+        key=jax.random.fold_in(jax.random.key(config.init.seed), 1),  # noise stream
+        block_size=block_size,
+    )

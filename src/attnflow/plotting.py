@@ -1,0 +1,522 @@
+"""Figures of a run and of the reproduce report (matplotlib only, NumPy inputs).
+
+Two layers:
+
+- ``draw_*`` functions draw on an Axes the caller gives them (or, for :func:`draw_state`, one
+  they add to a given Figure) and return that Axes: :func:`draw_sphere` (points of ``S^2`` on a
+  faint wireframe sphere), :func:`draw_projection` (points of ``S^{d-1}``, ``d != 3``, projected
+  onto their two leading principal directions), :func:`draw_state` (picks one of the two by
+  ``d``) and :func:`draw_series` (a line over time).
+- ``write_*`` functions assemble those panels into a figure and save it as a PNG:
+  :func:`write_run_figures` (the ``figures/`` folder of a run, SPEC §7.3),
+  :func:`write_comparison_figure`, :func:`write_series_figure` and :func:`write_target_figure`
+  (the reproduce and realise reports).
+
+Figures are built as :class:`matplotlib.figure.Figure` objects with an explicit Agg canvas: no
+pyplot, no global backend switch, nothing is displayed, and nothing stays registered after a
+``write_*`` function returns. Array names follow the rest of attnflow: ``x (n, d)`` content
+positions, ``u (n, d)`` gauge frame, ``xs``/``us (T, n, d)`` snapshots, ``ts (T,)`` times.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from numpy.typing import ArrayLike
+
+__all__ = [
+    "draw_projection",
+    "draw_series",
+    "draw_sphere",
+    "draw_state",
+    "write_comparison_figure",
+    "write_run_figures",
+    "write_series_figure",
+    "write_target_figure",
+]
+
+DPI = 110
+"""Resolution of every PNG written here."""
+
+_PANEL_INCHES = 3.6
+_MARKER_SIZE = 10.0
+_TARGET_KINDS = ("sphere", "orbit")
+
+# The figures written by :func:`write_run_figures`, and the series keys each one reads.
+_ENERGY_KEYS = ("energy",)
+_COSINE_KEYS = ("mean_cosine", "gauge_mean_cosine")
+_N_EFF_KEY = "n_eff"
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _points(x: ArrayLike, where: str, name: str = "x", *, d: int | None = None) -> np.ndarray:
+    arr = np.asarray(x, dtype=float)
+    if arr.ndim != 2 or arr.shape[0] == 0 or arr.shape[1] < 2:
+        raise ValueError(
+            f"{where}: `{name}` must be an (n, d) array with n >= 1 and d >= 2; got shape {arr.shape!r}."
+        )
+    if d is not None and arr.shape[1] != d:
+        hint = " Use draw_projection (or draw_state) for d != 3." if d == 3 else ""
+        raise ValueError(f"{where}: `{name}` must have d = {d} columns; got shape {arr.shape!r}.{hint}")
+    return arr
+
+
+def _colour(color: ArrayLike | None, n: int, where: str) -> np.ndarray | None:
+    if color is None:
+        return None
+    arr = np.asarray(color, dtype=float)
+    if arr.shape != (n,):
+        raise ValueError(
+            f"{where}: `color` must be None or an (n,) = ({n},) array of values; got shape {arr.shape!r}."
+        )
+    return arr
+
+
+def _series(values: Any, n_times: int, where: str, name: str) -> np.ndarray:
+    # ``None`` entries (JSON ``null``: undefined at that snapshot) become NaN and are not drawn.
+    arr = np.asarray(values, dtype=float)
+    if arr.shape != (n_times,):
+        raise ValueError(
+            f"{where}: `{name}` must be a (T,) array aligned with `ts` (T = {n_times}); "
+            f"got shape {arr.shape!r}."
+        )
+    return arr
+
+
+def _times(ts: ArrayLike, where: str) -> np.ndarray:
+    arr = np.asarray(ts, dtype=float)
+    if arr.ndim != 1 or arr.shape[0] == 0:
+        raise ValueError(f"{where}: `ts` must be a non-empty (T,) array of times; got shape {arr.shape!r}.")
+    return arr
+
+
+def _is_3d(ax: Axes) -> bool:
+    return getattr(ax, "name", None) == "3d"
+
+
+# --------------------------------------------------------------------------- draw_*
+
+
+def draw_sphere(
+    ax: Axes,
+    x: ArrayLike,
+    *,
+    color: ArrayLike | None = None,
+    cmap: str = "viridis",
+    title: str | None = None,
+    axis_limits: float = 1.05,
+) -> Axes:
+    """Scatter points ``x (n, 3)`` of the unit sphere on a faint wireframe sphere.
+
+    ``ax`` must be a 3-D Axes (``fig.add_subplot(..., projection="3d")``). Points are coloured
+    by ``color (n,)`` (e.g. the auxiliary label ``xi`` or a prompt id) through ``cmap``, or drawn
+    in one colour when ``color`` is None. The box aspect is equal and the axes are hidden, so the
+    sphere reads as a sphere. For ``d != 3`` use :func:`draw_projection` or :func:`draw_state`.
+    Returns ``ax``.
+    """
+    where = "draw_sphere"
+    if not _is_3d(ax):
+        raise TypeError(
+            f"{where}: `ax` must be a 3-D Axes; got {type(ax).__name__!r}. "
+            "Create it with fig.add_subplot(..., projection='3d'), or use draw_projection."
+        )
+    if not axis_limits > 0:
+        raise ValueError(f"{where}: `axis_limits` must be > 0; got {axis_limits!r}.")
+    pts = _points(x, where, d=3)
+    values = _colour(color, pts.shape[0], where)
+
+    theta, phi = np.meshgrid(np.linspace(0.0, np.pi, 13), np.linspace(0.0, 2.0 * np.pi, 25))
+    ax.plot_wireframe(
+        np.sin(theta) * np.cos(phi),
+        np.sin(theta) * np.sin(phi),
+        np.cos(theta),
+        color="0.6",
+        linewidth=0.3,
+        alpha=0.35,
+    )
+    if values is None:
+        ax.scatter(pts[:, 0], pts[:, 1], pts[:, 2], s=_MARKER_SIZE, color="C0", depthshade=False)
+    else:
+        ax.scatter(pts[:, 0], pts[:, 1], pts[:, 2], s=_MARKER_SIZE, c=values, cmap=cmap, depthshade=False)
+    lim = (-axis_limits, axis_limits)
+    ax.set_xlim(*lim)
+    ax.set_ylim(*lim)
+    ax.set_zlim(*lim)
+    ax.set_box_aspect((1, 1, 1), zoom=1.3)  # hidden axes leave room: let the sphere fill the panel
+    ax.set_axis_off()
+    if title is not None:
+        ax.set_title(title, fontsize=10)
+    return ax
+
+
+def _principal_directions(pts: np.ndarray) -> np.ndarray:
+    """The two leading principal directions of the rows of ``pts``, as a ``(d, 2)`` matrix.
+
+    Directions of the centred finite rows (right singular vectors); when the centred cloud is a
+    single point (a collapsed state), the uncentred second moment is used instead so that the
+    projection still shows where the point is. Signs are fixed (largest entry positive) so the
+    picture does not flip between calls.
+    """
+    d = pts.shape[1]
+    finite = pts[np.all(np.isfinite(pts), axis=1)]
+    if finite.shape[0] == 0:
+        return np.eye(d)[:, :2]
+    centred = finite - finite.mean(axis=0)
+    # A cloud whose centred spread is at round-off level has no meaningful principal plane.
+    basis = centred if np.linalg.norm(centred) > 1e-12 * max(1.0, np.linalg.norm(finite)) else finite
+    _, _, vt = np.linalg.svd(basis, full_matrices=True)
+    directions = vt[:2].T.copy()
+    for k in range(2):
+        if directions[np.argmax(np.abs(directions[:, k])), k] < 0:
+            directions[:, k] *= -1.0
+    return directions
+
+
+def draw_projection(
+    ax: Axes,
+    x: ArrayLike,
+    *,
+    color: ArrayLike | None = None,
+    cmap: str = "viridis",
+    title: str | None = None,
+) -> Axes:
+    """Scatter points ``x (n, d)`` in the plane of their two leading principal directions.
+
+    For ``d = 2`` the points are drawn as they are. Otherwise the directions are the two leading
+    right singular vectors of the centred points (principal component analysis; the uncentred
+    second moment when all points coincide), and each point is drawn at its coordinates
+    ``(⟨x_i, v_1⟩, ⟨x_i, v_2⟩)`` — the uncentred points are projected, so unit rows land in the
+    unit disk, drawn faintly for reference. The plane depends on the snapshot: two panels of
+    different snapshots are generally different projections. ``ax`` is a 2-D Axes; ``color``
+    and ``cmap`` as in :func:`draw_sphere`. Returns ``ax``.
+    """
+    where = "draw_projection"
+    if _is_3d(ax):
+        raise TypeError(f"{where}: `ax` must be a 2-D Axes; got a 3-D Axes. Use draw_sphere for 3-D Axes.")
+    pts = _points(x, where)
+    values = _colour(color, pts.shape[0], where)
+    d = pts.shape[1]
+    coords = pts if d == 2 else pts @ _principal_directions(pts)
+
+    circle = np.linspace(0.0, 2.0 * np.pi, 200)
+    ax.plot(np.cos(circle), np.sin(circle), color="0.6", linewidth=0.5, alpha=0.6)
+    if values is None:
+        ax.scatter(coords[:, 0], coords[:, 1], s=_MARKER_SIZE, color="C0")
+    else:
+        ax.scatter(coords[:, 0], coords[:, 1], s=_MARKER_SIZE, c=values, cmap=cmap)
+    ax.set_xlim(-1.05, 1.05)
+    ax.set_ylim(-1.05, 1.05)
+    ax.set_aspect("equal")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    if d == 2:
+        ax.set_xlabel("$x_1$", fontsize=8)
+        ax.set_ylabel("$x_2$", fontsize=8)
+    else:
+        ax.set_xlabel(f"PC 1 (d = {d})", fontsize=8)
+        ax.set_ylabel("PC 2", fontsize=8)
+    if title is not None:
+        ax.set_title(title, fontsize=10)
+    return ax
+
+
+def draw_state(
+    fig: Figure,
+    position: int | tuple[int, int, int] | Any,
+    x: ArrayLike,
+    *,
+    color: ArrayLike | None = None,
+    title: str | None = None,
+    cmap: str = "viridis",
+) -> Axes:
+    """Add a subplot at ``position`` to ``fig`` and draw the state ``x (n, d)`` on it.
+
+    ``position`` is a subplot spec: a tuple ``(nrows, ncols, index)``, a three-digit int such as
+    ``141``, or a ``SubplotSpec``. For ``d = 3`` the subplot is 3-D and :func:`draw_sphere` draws
+    on it; otherwise it is 2-D and :func:`draw_projection` draws on it. Returns the new Axes.
+    """
+    pts = _points(x, "draw_state")
+    args = tuple(position) if isinstance(position, tuple) else (position,)
+    if pts.shape[1] == 3:
+        ax = fig.add_subplot(*args, projection="3d")
+        return draw_sphere(ax, pts, color=color, cmap=cmap, title=title)
+    ax = fig.add_subplot(*args)
+    return draw_projection(ax, pts, color=color, cmap=cmap, title=title)
+
+
+def draw_series(
+    ax: Axes,
+    ts: ArrayLike,
+    values: ArrayLike,
+    *,
+    label: str | None = None,
+    ylabel: str | None = None,
+    logy: bool = False,
+) -> Axes:
+    """Draw ``values (T,)`` against ``ts (T,)`` as a line; NaN entries leave gaps.
+
+    ``logy`` puts the y-axis on a log scale (non-positive values are then not drawn).
+    Returns ``ax``.
+    """
+    where = "draw_series"
+    times = _times(ts, where)
+    ys = _series(values, times.shape[0], where, "values")
+    ax.plot(times, ys, label=label, linewidth=1.2)
+    ax.set_xlabel("t")
+    if ylabel is not None:
+        ax.set_ylabel(ylabel)
+    if logy:
+        ax.set_yscale("log")
+    ax.grid(True, linewidth=0.3, alpha=0.5)
+    return ax
+
+
+# --------------------------------------------------------------------------- write_*
+
+
+def _new_figure(width: float, height: float) -> Figure:
+    fig = Figure(figsize=(width, height))
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI, format="png")
+    fig.clear()  # release the artists now; the figure is not registered anywhere else
+    return path
+
+
+def _has_data(series: Mapping[str, Any], key: str) -> bool:
+    if key not in series or series[key] is None:
+        return False
+    return bool(np.any(np.isfinite(np.asarray(series[key], dtype=float))))
+
+
+def write_run_figures(
+    out_dir: str | os.PathLike[str],
+    *,
+    ts: ArrayLike,
+    xs: ArrayLike,
+    us: ArrayLike | None,
+    color: ArrayLike | None,
+    series: Mapping[str, Any],
+) -> list[Path]:
+    """Write the ``figures/`` PNGs of a run (SPEC §7.3) into ``out_dir`` (created if missing).
+
+    - ``states.png``: the state at the first and last saved time, coloured by ``color (n,)``;
+      top row the content frame (``xs[0]``, ``xs[-1]``), bottom row the gauge frame (``us[0]``,
+      ``us[-1]``). Spheres for ``d = 3``, principal-plane projections otherwise. With
+      ``us=None`` (no gauge) only the content row is drawn.
+    - ``energy.png``: ``series["energy"]`` over ``ts``.
+    - ``collapse.png``: ``series["mean_cosine"]`` and ``series["gauge_mean_cosine"]`` over
+      ``ts``, with ``series["n_eff"]`` on a second y-axis when present.
+
+    ``ts (T,)``, ``xs``/``us (T, n, d)``; ``series`` maps names to ``(T,)`` arrays aligned with
+    ``ts`` (other keys, such as ``"t"``, are ignored). A missing key, or one whose values are all
+    undefined (``None``/NaN), is skipped; a figure with nothing to draw is not written. Returns
+    the paths written, in the order above.
+    """
+    where = "write_run_figures"
+    out = Path(out_dir)
+    times = _times(ts, where)
+    content = np.asarray(xs, dtype=float)
+    if content.ndim != 3 or content.shape[0] != times.shape[0]:
+        raise ValueError(
+            f"{where}: `xs` must be a (T, n, d) array with T = len(ts) = {times.shape[0]}; "
+            f"got shape {content.shape!r}."
+        )
+    gauge = None if us is None else np.asarray(us, dtype=float)
+    if gauge is not None and gauge.shape != content.shape:
+        raise ValueError(
+            f"{where}: `us` must be None or have the shape of `xs` {content.shape!r}; "
+            f"got shape {gauge.shape!r}."
+        )
+    for key in (*_ENERGY_KEYS, *_COSINE_KEYS, _N_EFF_KEY):
+        if _has_data(series, key):
+            _series(series[key], times.shape[0], where, f"series[{key!r}]")
+
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    t0, t1 = times[0], times[-1]
+
+    rows = [("content", content)] + ([] if gauge is None else [("gauge frame", gauge)])
+    fig = _new_figure(2 * _PANEL_INCHES, len(rows) * _PANEL_INCHES)
+    for r, (frame, states) in enumerate(rows):
+        for c, (k, t) in enumerate(((0, t0), (-1, t1))):
+            title = f"{frame}, t = {t:g}"
+            draw_state(fig, (len(rows), 2, 2 * r + c + 1), states[k], color=color, title=title)
+    written.append(_save(fig, out / "states.png"))
+
+    if _has_data(series, "energy"):
+        fig = _new_figure(5.5, 3.6)
+        ax = draw_series(fig.add_subplot(1, 1, 1), times, series["energy"], ylabel="energy E")
+        ax.set_title("energy", fontsize=10)
+        written.append(_save(fig, out / "energy.png"))
+
+    cosines = [key for key in _COSINE_KEYS if _has_data(series, key)]
+    has_n_eff = _has_data(series, _N_EFF_KEY)
+    if cosines or has_n_eff:
+        fig = _new_figure(5.5, 3.6)
+        ax = fig.add_subplot(1, 1, 1)
+        for key in cosines:
+            draw_series(ax, times, series[key], label=key, ylabel="mean cosine")
+        axes = [ax]
+        if has_n_eff:
+            ax_n = ax.twinx() if cosines else ax
+            n_eff = _series(series[_N_EFF_KEY], times.shape[0], where, "series['n_eff']")
+            ax_n.plot(
+                times,
+                n_eff,
+                color="0.35",
+                linestyle="--",
+                linewidth=1.0,
+                drawstyle="steps-post",
+                label="n_eff",
+            )
+            ax_n.set_ylabel("n_eff")
+            ax.set_xlabel("t")
+            if ax_n is not ax:
+                axes.append(ax_n)
+        handles, labels = [], []
+        for a in axes:
+            h, lab = a.get_legend_handles_labels()
+            handles, labels = handles + h, labels + lab
+        ax.legend(handles, labels, fontsize=8, loc="best")
+        ax.set_title("collapse", fontsize=10)
+        written.append(_save(fig, out / "collapse.png"))
+    return written
+
+
+def write_comparison_figure(
+    path: str | os.PathLike[str],
+    panels: Sequence[Mapping[str, Any]],
+    *,
+    ncols: int | None = None,
+) -> Path:
+    """Draw several states side by side and save the PNG at ``path`` (parents created).
+
+    ``panels`` is a list of dicts ``{"x": (n, d) array, "color": (n,) array or None, "title":
+    str}`` (``color`` and ``title`` may be omitted); each is drawn with :func:`draw_state`.
+    ``ncols`` defaults to ``len(panels)`` (one row); a smaller value wraps onto more rows.
+    Returns ``Path(path)``.
+    """
+    where = "write_comparison_figure"
+    if len(panels) == 0:
+        raise ValueError(f"{where}: `panels` must hold at least one panel; got {list(panels)!r}.")
+    for i, panel in enumerate(panels):
+        if not isinstance(panel, Mapping) or "x" not in panel:
+            raise ValueError(f"{where}: `panels[{i}]` must be a dict with key 'x'; got {panel!r}.")
+    cols = len(panels) if ncols is None else ncols
+    if isinstance(cols, bool) or not isinstance(cols, int) or cols < 1:
+        raise ValueError(f"{where}: `ncols` must be None or a positive int; got {ncols!r}.")
+    cols = min(cols, len(panels))
+    nrows = math.ceil(len(panels) / cols)
+    fig = _new_figure(cols * _PANEL_INCHES, nrows * _PANEL_INCHES)
+    for i, panel in enumerate(panels):
+        draw_state(fig, (nrows, cols, i + 1), panel["x"], color=panel.get("color"), title=panel.get("title"))
+    return _save(fig, Path(path))
+
+
+def write_series_figure(
+    path: str | os.PathLike[str],
+    curves: Sequence[tuple[str, ArrayLike, ArrayLike]],
+    *,
+    ylabel: str,
+    logy: bool = False,
+    title: str | None = None,
+) -> Path:
+    """Draw several curves ``(label, ts, values)`` on one Axes and save the PNG at ``path``.
+
+    Each curve may have its own times. ``logy`` as in :func:`draw_series`. Returns ``Path(path)``.
+    """
+    where = "write_series_figure"
+    if len(curves) == 0:
+        raise ValueError(
+            f"{where}: `curves` must hold at least one (label, ts, values) triple; got {list(curves)!r}."
+        )
+    fig = _new_figure(5.5, 3.6)
+    ax = fig.add_subplot(1, 1, 1)
+    for i, curve in enumerate(curves):
+        if len(curve) != 3:
+            raise ValueError(f"{where}: `curves[{i}]` must be a (label, ts, values) triple; got {curve!r}.")
+        label, ts, values = curve
+        draw_series(ax, ts, values, label=label, ylabel=ylabel, logy=logy)
+    if any(curve[0] for curve in curves):
+        ax.legend(fontsize=8, loc="best")
+    if title is not None:
+        ax.set_title(title, fontsize=10)
+    return _save(fig, Path(path))
+
+
+def write_target_figure(
+    path: str | os.PathLike[str],
+    target: ArrayLike,
+    realised: ArrayLike,
+    *,
+    kind: str,
+) -> Path:
+    """Compare a realisation target with what the dynamics realised; save the PNG at ``path``.
+
+    - ``kind="sphere"``: ``target`` and ``realised`` are ``(n, d)`` points, drawn in two panels
+      (spheres for ``d = 3``, projections otherwise). When both have the same ``n`` they are
+      coloured by token index, so the point ``x_i`` can be matched to its target ``g(xi_i)``.
+    - ``kind="orbit"``: ``target`` and ``realised`` are ``(n,)`` angles, reduced to ``[0, 2π)``
+      and drawn as overlaid density histograms.
+
+    Returns ``Path(path)``.
+    """
+    where = "write_target_figure"
+    if kind not in _TARGET_KINDS:
+        close = difflib.get_close_matches(str(kind), _TARGET_KINDS, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"{where}: `kind` must be one of {_TARGET_KINDS!r}; got {kind!r}.{hint}")
+
+    if kind == "sphere":
+        tgt = _points(target, where, "target")
+        got = _points(realised, where, "realised")
+        if tgt.shape[1] != got.shape[1]:
+            raise ValueError(
+                f"{where}: `target` and `realised` must have the same d; "
+                f"got shapes {tgt.shape!r} and {got.shape!r}."
+            )
+        same_n = tgt.shape[0] == got.shape[0]
+        index = np.arange(tgt.shape[0], dtype=float) if same_n else None
+        fig = _new_figure(2 * _PANEL_INCHES, _PANEL_INCHES)
+        draw_state(fig, (1, 2, 1), tgt, color=index, title=f"target (n = {tgt.shape[0]})")
+        draw_state(fig, (1, 2, 2), got, color=index, title=f"realised (n = {got.shape[0]})")
+        return _save(fig, Path(path))
+
+    angles = []
+    for name, values in (("target", target), ("realised", realised)):
+        arr = np.asarray(values, dtype=float)
+        if arr.ndim != 1 or arr.shape[0] == 0:
+            raise ValueError(
+                f"{where}: `{name}` must be a non-empty (n,) array of angles; got shape {arr.shape!r}."
+            )
+        angles.append(np.mod(arr, 2.0 * np.pi))
+    n_max = max(a.shape[0] for a in angles)
+    bins = np.linspace(0.0, 2.0 * np.pi, int(np.clip(np.sqrt(n_max) * 2, 12, 72)) + 1)
+    fig = _new_figure(5.5, 3.6)
+    ax = fig.add_subplot(1, 1, 1)
+    ax.hist(angles[0], bins=bins, density=True, alpha=0.45, color="C0", label="target")
+    ax.hist(angles[1], bins=bins, density=True, histtype="step", linewidth=1.5, color="C3", label="realised")
+    ax.set_xlim(0.0, 2.0 * np.pi)
+    ax.set_xticks(np.linspace(0.0, 2.0 * np.pi, 5), ["0", "π/2", "π", "3π/2", "2π"])
+    ax.set_xlabel("angle")
+    ax.set_ylabel("density")
+    ax.legend(fontsize=8, loc="best")
+    ax.set_title("orbit: target vs realised angles", fontsize=10)
+    return _save(fig, Path(path))
