@@ -1,0 +1,530 @@
+"""Configuration contract (SPEC §7.2): defaults, TOML loading, overrides, errors, hash."""
+
+import json
+import math
+import os
+import pickle
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from attnflow.config import (
+    Config,
+    ConfigError,
+    apply_overrides,
+    config_from_dict,
+    config_hash,
+    load_config,
+    resolved_dict,
+)
+
+EXAMPLE_TOML = """
+[model]
+n = 64
+d = 3
+beta = 1.0
+time_scale = "plain"
+profile = "exp"
+normalization = "usa"
+causal = false
+value = "gradient"
+noise = 0.0
+
+[aux]
+kind = "positions"
+spacing = "index"
+n_prompts = 4
+assignment = "cyclic"
+path = "xi.npy"
+
+[gauge]
+kind = "rope"
+frequencies = "full_period"
+base = 10000.0
+axes = ["z", "x"]
+rates = [1.0, 3.0]
+omega = "full_period"
+seed = 100
+path = "Q.npy"
+
+[factor]
+kind = "none"
+slope = 1.0
+omega = 6.283185307179586
+path = "W.npy"
+
+[init]
+kind = "uniform"
+seed = 0
+center = [0.0, 0.0, 1.0]
+sigma = 0.2
+rho0 = 0.1
+path = "x0.npy"
+
+[solver]
+method = "rk4"
+dt = 0.01
+t_end = 20.0
+save_every = 0.1
+rtol = 1e-8
+atol = 1e-10
+dtype = "float64"
+"""
+
+POSITIONS = {"aux": {"kind": "positions"}}
+
+
+def write(folder: Path, text: str, name: str = "run.toml") -> Path:
+    path = folder / name
+    path.write_text(text)
+    return path
+
+
+def error_message(data: dict) -> str:
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(data)
+    return str(info.value)
+
+
+# --- defaults and loading -----------------------------------------------------------------------
+
+
+def test_defaults_match_spec():
+    config = Config()
+    assert resolved_dict(config) == {
+        "model": {
+            "n": 64,
+            "d": 3,
+            "beta": 1.0,
+            "time_scale": "plain",
+            "profile": "exp",
+            "normalization": "usa",
+            "causal": False,
+            "value": "gradient",
+            "noise": 0.0,
+        },
+        "aux": {
+            "kind": "none",
+            "spacing": "index",
+            "n_prompts": 4,
+            "assignment": "cyclic",
+            "seed": 0,
+            "path": None,
+        },
+        "gauge": {
+            "kind": "none",
+            "frequencies": "full_period",
+            "base": 10000.0,
+            "axes": ["z", "x"],
+            "generators": None,
+            "rates": [1.0, 3.0],
+            "omega": "full_period",
+            "seed": 100,
+            "path": None,
+        },
+        "factor": {"kind": "none", "slope": 1.0, "omega": 2 * math.pi, "path": None},
+        "init": {
+            "kind": "uniform",
+            "seed": 0,
+            "center": [0.0, 0.0, 1.0],
+            "sigma": 0.2,
+            "rho0": 0.1,
+            "path": None,
+        },
+        "solver": {
+            "method": "rk4",
+            "dt": 0.01,
+            "t_end": 20.0,
+            "save_every": 0.1,
+            "rtol": 1e-8,
+            "atol": 1e-10,
+            "dtype": "float64",
+            "block_size": None,
+        },
+    }
+
+
+def test_empty_dict_and_empty_file_give_defaults(tmp_path):
+    assert config_from_dict({}) == Config()
+    assert load_config(write(tmp_path, "")) == Config()
+
+
+def test_spec_example_loads_with_paths_resolved(tmp_path):
+    config = load_config(write(tmp_path, EXAMPLE_TOML))
+    assert config.gauge.kind == "rope"
+    assert config.aux.kind == "positions"
+    assert config.init.center == (0.0, 0.0, 1.0)
+    for section, name in [("aux", "xi"), ("gauge", "Q"), ("factor", "W"), ("init", "x0")]:
+        assert getattr(config, section).path == str((tmp_path / f"{name}.npy").resolve())
+
+
+def test_python_users_can_validate_a_dict():
+    config = Config.model_validate({"model": {"n": 8}, "solver": {"method": "euler"}})
+    assert (config.model.n, config.solver.method) == (8, "euler")
+    assert config.model.d == 3
+
+
+def test_config_is_frozen():
+    config = Config()
+    with pytest.raises(ValidationError):
+        config.model.n = 3
+
+
+def test_resolved_dict_round_trips_through_json():
+    config = config_from_dict({**POSITIONS, "gauge": {"kind": "rope", "frequencies": [0.5]}})
+    data = json.loads(json.dumps(resolved_dict(config)))
+    assert config_from_dict(data) == config
+
+
+# --- overrides ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("override", "section", "name", "expected"),
+    [
+        ("model.n=128", "model", "n", 128),
+        ("solver.dt=1e-3", "solver", "dt", 1e-3),
+        ("model.causal=true", "model", "causal", True),
+        ("init.center=[1.0, 0.0, 0.0]", "init", "center", (1.0, 0.0, 0.0)),
+        ('model.profile="linear"', "model", "profile", "linear"),
+        ("solver.method=euler", "solver", "method", "euler"),
+        (" aux.spacing = 0.5 ", "aux", "spacing", 0.5),
+        ("gauge.frequencies=[0.1]", "gauge", "frequencies", (0.1,)),
+    ],
+)
+def test_override_sets_a_typed_value(tmp_path, override, section, name, expected):
+    config = load_config(write(tmp_path, "[solver]\ndt = 0.01\n"), [override])
+    value = getattr(getattr(config, section), name)
+    assert value == expected
+    assert type(value) is type(expected)
+
+
+def test_later_override_wins_and_file_values_survive(tmp_path):
+    path = write(tmp_path, '[model]\nn = 16\nprofile = "linear"\n')
+    config = load_config(path, ["model.n=32", "model.n=48"])
+    assert (config.model.n, config.model.profile) == (48, "linear")
+
+
+def test_apply_overrides_is_pure():
+    data = {"model": {"n": 16}}
+    result = apply_overrides(data, ["model.n=32", "solver.method=euler"])
+    assert result == {"model": {"n": 32}, "solver": {"method": "euler"}}
+    assert data == {"model": {"n": 16}}
+
+
+def test_override_of_a_multiline_value_stays_one_string():
+    # A value that would smuggle in a second TOML key is taken as a bare string.
+    result = apply_overrides({}, ["solver.method=1\nother = 2"])
+    assert result == {"solver": {"method": "1\nother = 2"}}
+
+
+@pytest.mark.parametrize(
+    ("override", "pattern"),
+    [
+        ("solver.method", r"^--set: `solver\.method` must be given as section\.key=value; got "),
+        ("method=rk4", r"^--set: `method` must be a dotted key section\.key; got 'method'"),
+        ("solver.method.x=1", r"`solver\.method\.x` must be a dotted key"),
+        ("solvr.dt=0.1", r"`solvr` must be one of the sections; got 'solvr'\. .*'solver'\?"),
+        ("solver.methd=rk4", r"`solver\.methd` must be one of the keys of \[solver\]; got 'methd'"),
+    ],
+)
+def test_bad_override_raises(override, pattern):
+    with pytest.raises(ConfigError, match=pattern):
+        apply_overrides({}, [override])
+
+
+def test_unknown_override_key_lists_allowed_keys():
+    with pytest.raises(ConfigError, match=r"Unknown key; did you mean 'method'\? Allowed keys: "):
+        apply_overrides({}, ["solver.methd=rk4"])
+
+
+def test_override_value_error_names_file_key_and_value(tmp_path):
+    path = write(tmp_path, "")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: `model\.n` .* got 1\.$"):
+        load_config(path, ["model.n=1"])
+
+
+# --- field errors ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "pattern"),
+    [
+        ({"model": {"n": 1}}, r"`model\.n` must be an integer >= 2; got 1\."),
+        ({"model": {"d": 2.5}}, r"`model\.d` must be an integer >= 2; got 2\.5\."),
+        ({"model": {"beta": 0}}, r"`model\.beta` must be a number > 0; got 0\."),
+        ({"model": {"beta": math.inf}}, r"`model\.beta` must be a number > 0; got inf\. .*Infin"),
+        ({"model": {"noise": -1.0}}, r"`model\.noise` must be a number >= 0; got -1\.0\."),
+        ({"model": {"causal": "maybe"}}, r"`model\.causal` must be true or false; got 'maybe'\."),
+        ({"model": {"normalization": "softmax"}}, r"`model\.normalization` must be one of "),
+        ({"aux": {"spacing": -0.5}}, r"`aux\.spacing` must be 'index', 'unit', 'midpoint' or a "),
+        ({"aux": {"n_prompts": 0}}, r"`aux\.n_prompts` must be an integer >= 1; got 0\."),
+        ({"aux": {"path": ""}}, r"`aux\.path` must be a file path \(a non-empty string\); got ''"),
+        ({"gauge": {"axes": ["z", "w"]}}, r"`gauge\.axes` must be .*'x', 'y' or 'z'; got \['z', "),
+        ({"gauge": {"frequencies": []}}, r"`gauge\.frequencies` must be .* non-empty list .*\[\]"),
+        ({"gauge": {"base": -1.0}}, r"`gauge\.base` must be a number > 0; got -1\.0\."),
+        ({"gauge": {"seed": -1}}, r"`gauge\.seed` must be an integer >= 0; got -1\."),
+        ({"factor": {"slope": -2.0}}, r"`factor\.slope` must be a number >= 0; got -2\.0\."),
+        ({"init": {"center": [0, 0, 0]}}, r"`init\.center` must be a nonzero .*; got \[0, 0, 0\]"),
+        ({"init": {"sigma": 0.0}}, r"`init\.sigma` must be a number > 0; got 0\.0\."),
+        ({"solver": {"dt": -0.1}}, r"`solver\.dt` must be a number > 0; got -0\.1\."),
+        ({"solver": {"dtype": "float16"}}, r"`solver\.dtype` must be one of .*'float16'"),
+        ({"solver": {"block_size": 0}}, r"`solver\.block_size` must be an integer >= 1; got 0\."),
+        ({"solver": 3}, r"`solver` must be a table \(\[solver\] section\); got 3\."),
+    ],
+)
+def test_field_errors_name_key_constraint_and_value(data, pattern):
+    with pytest.raises(ConfigError, match=rf"^config: {pattern}"):
+        config_from_dict(data)
+
+
+def test_misspelt_choice_gets_a_hint():
+    message = error_message({"solver": {"method": "rk5"}})
+    assert message == (
+        "config: `solver.method` must be one of 'euler', 'rk4', 'geodesic_rk4', 'adaptive'; "
+        "got 'rk5'. Did you mean 'rk4'?"
+    )
+
+
+def test_hint_ignores_case_and_works_in_unions():
+    assert "Did you mean 'index'?" in error_message({"aux": {"spacing": "Indx"}})
+
+
+def test_unknown_key_and_section_list_what_is_allowed():
+    message = error_message({"solver": {"methd": "rk4"}})
+    assert message.startswith("config: `solver.methd` must be one of the keys of [solver]; ")
+    assert "got 'methd'. Unknown key; did you mean 'method'? Allowed keys: method, dt," in message
+    message = error_message({"solvr": {}})
+    assert "`solvr` must be one of the sections; got 'solvr'" in message
+    assert "Allowed sections: model, aux, gauge, factor, init, solver." in message
+
+
+@pytest.mark.parametrize(
+    ("generators", "pattern"),
+    [
+        ([[[0.0, 1.0, 0.0], [1.0, 0.0]]], r"must be a list of square matrices, all of one size"),
+        ([[[0.0, 1.0], [1.0, 0.0]]], r"must be skew-symmetric .*generator 0 is off by 2\)"),
+        ([[[0.0, 1.0], [-1.0, 1e-9]]], r"must be skew-symmetric .*off by 2e-09"),
+    ],
+)
+def test_generators_must_be_square_and_skew(generators, pattern):
+    with pytest.raises(ConfigError, match=rf"`gauge\.generators` {pattern}.*; got \[\[\["):
+        config_from_dict({"gauge": {"generators": generators}})
+
+
+def test_every_message_is_one_line_and_pickles():
+    data = {"model": {"normalization": "sa"}, "factor": {"kind": "toeplitz_cos"}, **POSITIONS}
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(data, where="sweep.toml")
+    assert "\n" not in str(info.value)
+    assert str(info.value).startswith("sweep.toml: `factor.kind` must be ")
+    copy = pickle.loads(pickle.dumps(info.value))
+    assert (str(copy), copy.key, copy.where) == (str(info.value), "factor.kind", "sweep.toml")
+
+
+# --- cross-field rules ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "pattern"),
+    [
+        (
+            {"init": {"kind": "cap", "center": [0.0, 1.0]}},
+            r"`init\.center` must be a list of `model\.d` = 3 numbers .*; got \[0\.0, 1\.0\]\.",
+        ),
+        (
+            {"solver": {"save_every": 0.015}},
+            r"`solver\.save_every` must be a whole multiple of `solver\.dt` = 0\.01 .*"
+            r"got 0\.015\. Try save_every = 0\.02",
+        ),
+        (
+            {"solver": {"dt": 0.2}},
+            r"`solver\.save_every` must be a whole multiple of `solver\.dt` = 0\.2 .*got 0\.1\.",
+        ),
+        (
+            {"solver": {"t_end": 20.05}},
+            r"`solver\.t_end` must be a whole multiple of `solver\.save_every` = 0\.1; got 20\.05\.",
+        ),
+        (
+            {"solver": {"method": "adaptive", "t_end": 1.05}},
+            r"`solver\.t_end` must be a whole multiple .*; got 1\.05\.",
+        ),
+        (
+            {"model": {"normalization": "sa"}, "factor": {"kind": "toeplitz_cos"}, **POSITIONS},
+            r"`factor\.kind` must be a non-negative factor .*'sa'; got 'toeplitz_cos'\. "
+            r"Softmax .*changes sign",
+        ),
+        (
+            {"gauge": {"kind": "prompt"}, **POSITIONS},
+            r"`aux\.kind` must be 'prompts' when `gauge\.kind` = 'prompt'; got 'positions'\.",
+        ),
+        (
+            {"gauge": {"kind": "rope"}},
+            r"`aux\.kind` must be 'positions' or 'file' when `gauge\.kind` = 'rope'; got 'none'",
+        ),
+        (
+            {"gauge": {"kind": "generalized_rope"}, "aux": {"kind": "prompts"}},
+            r"`aux\.kind` must be .* `gauge\.kind` = 'generalized_rope'; got 'prompts'",
+        ),
+        (
+            {"factor": {"kind": "distance_bias"}},
+            r"`aux\.kind` must be .* `factor\.kind` = 'distance_bias'; got 'none'",
+        ),
+        (
+            {"factor": {"kind": "toeplitz_cos"}},
+            r"`aux\.kind` must be .* `factor\.kind` = 'toeplitz_cos'; got 'none'",
+        ),
+        (
+            {"gauge": {"kind": "generalized_rope"}, "model": {"d": 4}, **POSITIONS},
+            r"`gauge\.axes` must be replaced by `gauge\.generators` .*`model\.d` = 4; "
+            r"got \['z', 'x'\]",
+        ),
+        (
+            {"gauge": {"kind": "generalized_rope", "rates": [1.0]}, **POSITIONS},
+            r"`gauge\.rates` must be a list of 2 numbers, one per axis .*; got \[1\.0\]\.",
+        ),
+        (
+            {
+                "gauge": {"kind": "generalized_rope", "generators": [[[0, 1], [-1, 0]]]},
+                "model": {"d": 2},
+                **POSITIONS,
+            },
+            r"`gauge\.rates` must be a list of 1 number, one per matrix .*; got \[1\.0, 3\.0\]",
+        ),
+        (
+            {"gauge": {"kind": "generalized_rope", "generators": [[[0, 1], [-1, 0]]]}, **POSITIONS},
+            r"`gauge\.generators` must be 3 x 3 matrices to match `model\.d` = 3; "
+            r"got \[\[\[0\.0, 1\.0\], \[-1\.0, 0\.0\]\]\]",
+        ),
+        (
+            {"gauge": {"kind": "rope", "frequencies": [1.0, 2.0]}, **POSITIONS},
+            r"`gauge\.frequencies` must be at most `model\.d` // 2 = 1 number \(.*"
+            r"got \[1\.0, 2\.0\]",
+        ),
+        (
+            {"init": {"kind": "equiangular", "rho0": -0.5}, "model": {"n": 3, "d": 3}},
+            r"`init\.rho0` must be in \(-1/\(n-1\), 1\) = \(-0\.5, 1\) .*; got -0\.5\.",
+        ),
+        (
+            {"init": {"kind": "equiangular", "rho0": 1.0}, "model": {"n": 3, "d": 3}},
+            r"`init\.rho0` must be in .*; got 1\.0\.",
+        ),
+        (
+            {"init": {"kind": "equiangular"}},
+            r"`init\.kind` must be 'uniform', 'cap' or 'file' when `model\.d` = 3 < "
+            r"`model\.n` = 64; got 'equiangular'\. .*needs d >= n; use init\.kind = 'uniform'",
+        ),
+        *[
+            (
+                {section: {"kind": "file"}},
+                rf"`{section}\.path` must be a file path when `{section}\.kind` = 'file'; "
+                r"got None\.",
+            )
+            for section in ("aux", "gauge", "factor", "init")
+        ],
+    ],
+)
+def test_cross_field_rules(data, pattern):
+    with pytest.raises(ConfigError, match=rf"^config: {pattern}"):
+        config_from_dict(data)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"init": {"kind": "cap", "center": [0.0, 1.0, 0.0, 0.0]}, "model": {"d": 4}},
+        {"init": {"kind": "equiangular", "rho0": -0.2}, "model": {"n": 5, "d": 5}},
+        {"solver": {"dt": 0.1, "save_every": 0.3, "t_end": 0.9}},
+        {"solver": {"method": "adaptive", "dt": 0.7}},
+        {"model": {"normalization": "sa"}, "factor": {"kind": "distance_bias"}, **POSITIONS},
+        {"gauge": {"kind": "prompt"}, "aux": {"kind": "prompts"}},
+        {"gauge": {"kind": "rope"}, "aux": {"kind": "file", "path": "/xi.npy"}},
+        {"gauge": {"kind": "rope", "frequencies": [1.0, 0.5]}, "model": {"d": 5}, **POSITIONS},
+        {"gauge": {"kind": "generalized_rope"}, **POSITIONS},
+        {
+            "gauge": {"kind": "generalized_rope", "generators": [[[0, 2], [-2, 0]]], "rates": [1]},
+            "model": {"d": 2},
+            **POSITIONS,
+        },
+        # Options of an unselected kind are not cross-checked (they would break sweeps over d).
+        {"model": {"d": 4}, "gauge": {"frequencies": [1.0, 2.0, 3.0]}},
+        {"model": {"n": 3}, "init": {"rho0": -0.9}},
+    ],
+)
+def test_valid_combinations_pass(data):
+    config_from_dict(data)
+
+
+# --- files and paths ------------------------------------------------------------------------------
+
+
+def test_invalid_toml_error_names_the_file(tmp_path):
+    path = write(tmp_path, "[model]\nn = = 3\n")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: .* must be valid TOML; got"):
+        load_config(path)
+
+
+def test_missing_file_error_names_the_file(tmp_path):
+    path = tmp_path / "absent.toml"
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: .* readable TOML file"):
+        load_config(path)
+
+
+def test_errors_from_a_file_name_the_file(tmp_path):
+    path = write(tmp_path, '[solver]\nmethod = "rk5"\n')
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: `solver\.method` .*'rk5'"):
+        load_config(path)
+
+
+def test_relative_paths_resolve_against_the_config_folder(tmp_path, monkeypatch):
+    (tmp_path / "configs").mkdir()
+    path = write(tmp_path / "configs", '[init]\nkind = "file"\npath = "../data/x0.npy"\n')
+    monkeypatch.chdir(tmp_path / "configs")
+    config = load_config(Path("run.toml"))
+    assert config.init.path == str((tmp_path / "data" / "x0.npy").resolve())
+    assert load_config(path, ["init.path=/abs/x0.npy"]).init.path == str(Path("/abs/x0.npy"))
+
+
+def test_override_paths_resolve_against_the_working_directory(tmp_path, monkeypatch):
+    (tmp_path / "configs").mkdir()
+    path = write(tmp_path / "configs", "")
+    monkeypatch.chdir(tmp_path)
+    config = load_config(path, ["aux.path=xi.npy"])
+    assert config.aux.path == str((tmp_path / "xi.npy").resolve())
+
+
+# --- hash -----------------------------------------------------------------------------------------
+
+
+def test_hash_is_12_hex_digits_and_ignores_how_values_were_written(tmp_path):
+    digest = config_hash(Config())
+    assert re.fullmatch(r"[0-9a-f]{12}", digest)
+    assert config_hash(config_from_dict({"model": {"n": 64, "beta": 1}})) == digest
+    assert config_hash(load_config(write(tmp_path, "[solver]\ndt = 1e-2\n"))) == digest
+
+
+def test_hash_changes_when_a_value_changes():
+    digests = {
+        config_hash(config_from_dict(data))
+        for data in [{}, {"model": {"n": 65}}, {"model": {"beta": 1.5}}, {"solver": {"dt": 0.02}}]
+    }
+    assert len(digests) == 4
+
+
+def test_hash_is_stable_across_processes():
+    code = "from attnflow.config import Config, config_hash; print(config_hash(Config()))"
+    # A fresh interpreter with a different string-hash seed must agree.
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert output.stdout.strip() == config_hash(Config())
+
+
+def test_config_error_also_takes_a_finished_message():
+    error = ConfigError("run: `--out` must be a new or empty folder; got 'x'.")
+    assert isinstance(error, ValueError)
+    assert error.at("run.toml") is error
+    assert str(pickle.loads(pickle.dumps(error))) == str(error)
