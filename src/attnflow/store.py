@@ -1,0 +1,526 @@
+"""Crash-safe, incremental trajectory store (`trajectory.zarr`, SPEC §7.3), its reader and xarray view.
+
+A run appends one snapshot ``(t, x)`` at a time to a Zarr v3 group::
+
+    trajectory.zarr/
+      zarr.json    group attrs: the resolved config, plus "status" (and "n_snapshots" after close)
+      t            (time,)                 float64, NaN = "not written yet"
+      x            (time, token, dim)      float64 or float32, NaN = "not written yet"
+      xi           (token,) or (token, label_dim)
+      gauge        (token, gauge_dim, dim) Q(xi_i) when a gauge is set: u_i = Q(xi_i) x_i
+
+``xarray.open_zarr(path)`` reads it as a Dataset with those dimensions and ``t`` as the coordinate
+of ``time``. The gauge's two matrix axes are named ``gauge_dim`` (rows, the gauge frame) and ``dim``
+(columns, contracted with ``x``), because xarray does not support a dimension repeated in one
+variable; ``xarray.dot(ds.gauge, ds.x, dim="dim")`` is then the gauge-frame view ``u``.
+
+Crash safety: a process killed with SIGKILL at any moment leaves every completed snapshot readable.
+The design, and why each piece is there:
+
+1. **Metadata is written once, before any data, and atomically.** The group is built (metadata of
+   every array, ``xi`` and ``gauge`` data, config attrs) in a hidden sibling folder and renamed into
+   place, so ``path`` either does not exist or is a fully initialised store. ``x`` is preallocated
+   with shape ``(n_snapshots_max, n, d)`` and ``t`` with ``(n_snapshots_max,)``, both filled with
+   NaN, so appending never resizes an array and array metadata is never rewritten (a torn metadata
+   write would make every snapshot unreadable). The only later metadata write is the group's
+   attrs at ``close``; zarr-python >= 3.1.3 writes every file of a ``LocalStore`` to a temporary file
+   and renames it into place (zarr-python PR #3412), so a kill during ``close`` leaves either the
+   old attrs (status "incomplete") or the new ones.
+2. **One snapshot per chunk.** ``x`` is chunked ``(1, n, d)`` and ``t`` ``(1,)``, so snapshot ``k``
+   lives in its own two files and writing it never touches (rewrites) a completed snapshot's file.
+3. **Commit order.** ``append`` writes ``x[k]`` and only after that write has returned writes
+   ``t[k]``. The finite ``t[k]`` is the commit mark of snapshot ``k``.
+4. **Checksummed chunks.** Every chunk carries a CRC32C checksum (the Zarr v3 ``crc32c`` codec), so a
+   torn or garbled chunk fails to decode instead of reading as plausible numbers. With zarr >= 3.1.3
+   a chunk file is replaced atomically anyway; with older versions, or storage that tears writes,
+   the only chunk that can be torn is the one being written, i.e. of the snapshot in progress.
+5. **Readers trim to a contiguous prefix.** Snapshot ``k`` counts as complete iff ``t[k]`` is
+   readable and finite and ``x[k]`` is readable and finite (append rejects non-finite data, so NaN
+   can only mean "not written"); ``read_trajectory`` and ``open_dataset`` keep snapshots
+   ``0..K-1`` where ``K`` is the first incomplete one. A killed writer's store reads with status
+   "incomplete".
+
+What is not covered: power loss or an OS crash (nothing is fsync'ed; the page cache survives a
+killed process but not a dead machine), and concurrent writers to one path. A kill can leave a
+stray ``*.partial`` temporary file (from zarr, or from step 1); readers ignore it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shutil
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+import xarray as xr
+import zarr
+from zarr.codecs import Crc32cCodec
+
+__all__ = ["StoredTrajectory", "TrajectoryWriter", "open_dataset", "read_trajectory"]
+
+_WHERE = "store"
+_DTYPES = ("float64", "float32")
+_RESERVED_ATTRS = ("status", "n_snapshots")
+# Snapshots per read in the readers: bounds the memory of a scan to _READ_BLOCK * n * d values.
+_READ_BLOCK = 256
+
+
+def _codecs() -> list[Crc32cCodec]:
+    return [Crc32cCodec()]
+
+
+@dataclass(frozen=True)
+class StoredTrajectory:
+    """A trajectory read back from a store, trimmed to its complete snapshots.
+
+    Attributes:
+        ts: ``(T,)`` float64 snapshot times, strictly increasing.
+        xs: ``(T, n, d)`` positions in the stored dtype.
+        xi: ``(n,)`` or ``(n, k)`` frozen labels.
+        gauge: ``(n, d, d)`` gauge matrices ``Q(xi_i)``, or ``None`` when no gauge was set.
+        attrs: the config dict given to the writer (as JSON round-trips it).
+        status: what ``close`` recorded, or ``"incomplete"`` when the writer never closed (or fewer
+            snapshots are readable than it recorded).
+    """
+
+    ts: np.ndarray
+    xs: np.ndarray
+    xi: np.ndarray
+    gauge: np.ndarray | None
+    attrs: dict[str, Any]
+    status: str
+
+
+class TrajectoryWriter:
+    """Appends snapshots to a new crash-safe Zarr v3 trajectory store (see the module docstring).
+
+    Args:
+        path: folder of the store to create (conventionally ``RUN_DIR/trajectory.zarr``).
+        n_snapshots_max: number of snapshots preallocated; ``append`` accepts at most this many.
+        n: number of tokens.
+        d: content dimension.
+        xi: ``(n,)`` or ``(n, k)`` labels, integer or float.
+        gauge: ``(n, d, d)`` matrices ``Q(xi_i)``, or ``None`` when no gauge is set.
+        attrs: the resolved config (JSON-serialisable), stored as the group's attributes.
+        dtype: ``"float64"`` or ``"float32"``, the dtype of ``x`` and ``gauge`` (``t`` is float64).
+        overwrite: replace an existing trajectory store at ``path``.
+
+    Use as a context manager: leaving the block closes the store with status ``"ok"``, or
+    ``"interrupted"`` / ``"error"`` when the block is left by KeyboardInterrupt / another exception.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        n_snapshots_max: int,
+        n: int,
+        d: int,
+        xi: Any,
+        gauge: Any = None,
+        attrs: Mapping[str, Any] | None = None,
+        dtype: str = "float64",
+        overwrite: bool = False,
+    ) -> None:
+        self._path = Path(path)
+        n_snapshots_max = _positive_int("n_snapshots_max", n_snapshots_max)
+        n = _positive_int("n", n)
+        d = _positive_int("d", d)
+        dtype = _check_dtype(dtype)
+        xi = _check_xi(xi, n)
+        gauge = _check_gauge(gauge, n, d)
+        attrs = _check_attrs(attrs)
+        if self._path.exists() and not overwrite:
+            raise ValueError(
+                f"{_WHERE}: `path` must not exist yet; got {str(self._path)!r}. "
+                "Pass overwrite=True to replace it."
+            )
+        if self._path.exists() and not (self._path / "zarr.json").is_file():
+            raise ValueError(
+                f"{_WHERE}: `path` exists and is not a Zarr store, so overwrite=True will not "
+                f"delete it; got {str(self._path)!r}."
+            )
+
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        staging = self._path.with_name(f".{self._path.name}.{uuid.uuid4().hex}.partial")
+        try:
+            _create_store(
+                staging,
+                n_snapshots_max=n_snapshots_max,
+                n=n,
+                d=d,
+                xi=xi,
+                gauge=gauge,
+                attrs=attrs,
+                dtype=dtype,
+            )
+            _move_into_place(staging, self._path)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+
+        group = zarr.open_group(self._path, mode="r+", zarr_format=3)
+        self._group = group
+        self._t = group["t"]
+        self._x = group["x"]
+        self._n_snapshots_max = n_snapshots_max
+        self._shape = (n, d)
+        self._dtype = np.dtype(dtype)
+        self._count = 0
+        self._t_last = -math.inf
+        self._status: str | None = None
+
+    @property
+    def path(self) -> Path:
+        """Folder of the store."""
+        return self._path
+
+    @property
+    def n_snapshots(self) -> int:
+        """Number of snapshots appended so far."""
+        return self._count
+
+    @property
+    def n_snapshots_max(self) -> int:
+        """Number of preallocated snapshots."""
+        return self._n_snapshots_max
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close`` has been called."""
+        return self._status is not None
+
+    def append(self, t: Any, x: Any) -> None:
+        """Write one snapshot: positions ``x`` of shape ``(n, d)`` at time ``t``.
+
+        ``x`` is written first and ``t`` second, so the snapshot is committed exactly when the
+        finite ``t`` lands (module docstring, point 3).
+        """
+        if self._status is not None:
+            raise ValueError(
+                f"{_WHERE}: `append` must come before `close`; the writer was closed with "
+                f"status {self._status!r}."
+            )
+        if self._count >= self._n_snapshots_max:
+            raise ValueError(
+                f"{_WHERE}: at most `n_snapshots_max` = {self._n_snapshots_max} snapshots fit; "
+                f"got snapshot number {self._count + 1}. Create the writer with a larger "
+                "`n_snapshots_max`."
+            )
+        t = _check_time(t, self._t_last)
+        x = _check_x(x, self._shape)
+        k = self._count
+        self._x[k] = x.astype(self._dtype, copy=False)
+        self._t[k] = t
+        self._count = k + 1
+        self._t_last = t
+
+    def close(self, status: str = "ok") -> None:
+        """Record the final ``status`` and the number of snapshots in the group's attributes."""
+        if self._status is not None:
+            raise ValueError(
+                f"{_WHERE}: `close` must be called once; the writer was already closed with "
+                f"status {self._status!r}."
+            )
+        if not isinstance(status, str) or not status:
+            raise ValueError(f"{_WHERE}: `status` must be a non-empty string; got {status!r}.")
+        self._group.attrs.update({"status": status, "n_snapshots": self._count})
+        self._status = status
+
+    def __enter__(self) -> TrajectoryWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._status is not None:
+            return
+        if exc_type is None:
+            self.close("ok")
+            return
+        status = "interrupted" if issubclass(exc_type, KeyboardInterrupt) else "error"
+        with contextlib.suppress(Exception):  # the original exception matters more
+            self.close(status)
+
+    def __repr__(self) -> str:
+        state = "open" if self._status is None else f"closed, status {self._status!r}"
+        return (
+            f"TrajectoryWriter({str(self._path)!r}, {self._count}/{self._n_snapshots_max} snapshots, {state})"
+        )
+
+
+def read_trajectory(path: str | os.PathLike[str]) -> StoredTrajectory:
+    """Read a store into memory, trimmed to its complete snapshots (a contiguous prefix)."""
+    group = _open_store(path)
+    blocks = list(_complete_blocks(group["t"], group["x"]))
+    ts = np.concatenate([ts for ts, _ in blocks])
+    xs = np.concatenate([xs for _, xs in blocks])
+    xi = np.asarray(group["xi"][...])
+    gauge = np.asarray(group["gauge"][...]) if "gauge" in group else None
+    attrs = dict(group.attrs)
+    status = _resolved_status(attrs, ts.shape[0])
+    config = {key: value for key, value in attrs.items() if key not in _RESERVED_ATTRS}
+    return StoredTrajectory(ts=ts, xs=xs, xi=xi, gauge=gauge, attrs=config, status=status)
+
+
+def open_dataset(path: str | os.PathLike[str]) -> xr.Dataset:
+    """The store as a lazy xarray Dataset, trimmed like ``read_trajectory``.
+
+    Dimensions ``time``, ``token``, ``dim`` (plus ``label_dim`` for 2-D labels and ``gauge_dim``
+    with a gauge); ``t`` is the indexed coordinate of ``time``. ``attrs["status"]`` is the status
+    ``read_trajectory`` reports. Variables load on access (no dask; call ``.chunk()`` for dask).
+    """
+    group = _open_store(path)
+    k = sum(ts.shape[0] for ts, _ in _complete_blocks(group["t"], group["x"]))
+    status = _resolved_status(dict(group.attrs), k)
+    ds = xr.open_zarr(Path(path), consolidated=False, chunks=None, zarr_format=3)
+    ds = ds.isel(time=slice(0, k))
+    if "t" not in ds.coords:
+        ds = ds.set_coords("t")
+    ds = ds.set_xindex("t")
+    ds.attrs["status"] = status
+    return ds
+
+
+# --- creation ------------------------------------------------------------------------------------
+
+
+def _create_store(
+    path: Path,
+    *,
+    n_snapshots_max: int,
+    n: int,
+    d: int,
+    xi: np.ndarray,
+    gauge: np.ndarray | None,
+    attrs: dict[str, Any],
+    dtype: str,
+) -> None:
+    group = zarr.open_group(path, mode="w-", zarr_format=3, attributes={**attrs, "status": "incomplete"})
+    group.create_array(
+        "t",
+        shape=(n_snapshots_max,),
+        chunks=(1,),
+        dtype="float64",
+        fill_value=np.nan,
+        dimension_names=("time",),
+        compressors=_codecs(),
+    )
+    group.create_array(
+        "x",
+        shape=(n_snapshots_max, n, d),
+        chunks=(1, n, d),
+        dtype=dtype,
+        fill_value=np.nan,
+        dimension_names=("time", "token", "dim"),
+        compressors=_codecs(),
+        # CF convention: xarray decodes `t` as a coordinate of `x`.
+        attributes={"coordinates": "t"},
+    )
+    xi_dims = ("token",) if xi.ndim == 1 else ("token", "label_dim")
+    xi_array = group.create_array(
+        "xi",
+        shape=xi.shape,
+        chunks=xi.shape,
+        dtype=xi.dtype,
+        dimension_names=xi_dims,
+        compressors=_codecs(),
+    )
+    xi_array[...] = xi
+    if gauge is not None:
+        gauge_array = group.create_array(
+            "gauge",
+            shape=gauge.shape,
+            chunks=gauge.shape,
+            dtype=dtype,
+            dimension_names=("token", "gauge_dim", "dim"),
+            compressors=_codecs(),
+        )
+        gauge_array[...] = gauge.astype(dtype)
+
+
+def _move_into_place(staging: Path, path: Path) -> None:
+    """Rename the fully built store to ``path``, replacing an old store there."""
+    if not path.exists():
+        os.rename(staging, path)  # fails rather than merging if `path` appeared meanwhile
+        return
+    trash = path.with_name(f".{path.name}.{uuid.uuid4().hex}.old")
+    os.rename(path, trash)
+    os.rename(staging, path)
+    shutil.rmtree(trash)
+
+
+# --- reading -------------------------------------------------------------------------------------
+
+
+def _open_store(path: str | os.PathLike[str]) -> zarr.Group:
+    path = Path(path)
+    if not (path / "zarr.json").is_file():
+        raise FileNotFoundError(
+            f"{_WHERE}: `path` must be a trajectory store (a Zarr v3 group); got {str(path)!r}, "
+            "which has no zarr.json."
+        )
+    group = zarr.open_group(path, mode="r", zarr_format=3)
+    missing = [name for name in ("t", "x", "xi") if name not in group]
+    if missing:
+        raise ValueError(
+            f"{_WHERE}: `path` must be a trajectory store with arrays t, x, xi; got "
+            f"{str(path)!r}, which lacks {', '.join(missing)}."
+        )
+    return group
+
+
+def _complete_blocks(t: zarr.Array, x: zarr.Array) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Yield ``(ts, xs)`` blocks of complete snapshots, in order, up to the first incomplete one.
+
+    A snapshot is complete iff its ``t`` and ``x`` are readable and finite. Reading block by block
+    bounds memory and makes the cost follow the snapshots written, not the preallocation.
+    """
+    size = t.shape[0]
+    for start in range(0, size, _READ_BLOCK):
+        stop = min(start + _READ_BLOCK, size)
+        ts = _read_rows(t, start, stop)
+        k = _finite_prefix(ts)
+        xs = _read_rows(x, start, start + k)
+        k = _finite_prefix(xs)
+        yield ts[:k], xs[:k]
+        if k < stop - start:
+            return
+
+
+def _finite_prefix(rows: np.ndarray) -> int:
+    """Number of leading rows (along axis 0) that are entirely finite."""
+    ok = np.isfinite(rows).all(axis=tuple(range(1, rows.ndim)))
+    return rows.shape[0] if ok.all() else int(np.argmin(ok))
+
+
+def _read_rows(array: zarr.Array, start: int, stop: int) -> np.ndarray:
+    """``array[start:stop]``, with NaN in place of any row whose chunk cannot be decoded."""
+    try:
+        return np.asarray(array[start:stop])
+    except Exception:  # a torn chunk (checksum or size mismatch); find it row by row below
+        pass
+    rows = np.full((stop - start, *array.shape[1:]), np.nan, dtype=array.dtype)
+    for i in range(start, stop):
+        with contextlib.suppress(Exception):  # an unreadable chunk is an incomplete snapshot
+            rows[i - start] = array[i]
+    return rows
+
+
+def _resolved_status(attrs: Mapping[str, Any], k: int) -> str:
+    status = attrs.get("status", "incomplete")
+    recorded = attrs.get("n_snapshots")
+    if not isinstance(status, str) or (recorded is not None and recorded != k):
+        return "incomplete"
+    return status
+
+
+# --- validation ----------------------------------------------------------------------------------
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"{_WHERE}: `{name}` must be a positive integer; got {value!r}.")
+    return int(value)
+
+
+def _check_dtype(dtype: Any) -> str:
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:
+        name = None
+    if name not in _DTYPES:
+        raise ValueError(f"{_WHERE}: `dtype` must be one of {_DTYPES}; got {dtype!r}.")
+    return name
+
+
+def _is_real(array: np.ndarray) -> bool:
+    return np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)
+
+
+def _check_xi(xi: Any, n: int) -> np.ndarray:
+    xi = np.asarray(xi)
+    if xi.ndim not in (1, 2) or xi.shape[0] != n:
+        raise ValueError(f"{_WHERE}: `xi` must have shape (n,) or (n, k) with n = {n}; got {xi.shape}.")
+    if not _is_real(xi):
+        raise ValueError(f"{_WHERE}: `xi` must hold integers or floats; got dtype {xi.dtype}.")
+    if np.issubdtype(xi.dtype, np.integer):
+        return xi.astype(np.int64)
+    xi = xi.astype(np.float64)
+    if not np.isfinite(xi).all():
+        raise ValueError(f"{_WHERE}: `xi` must be finite; got {_nonfinite_summary(xi)}.")
+    return xi
+
+
+def _check_gauge(gauge: Any, n: int, d: int) -> np.ndarray | None:
+    if gauge is None:
+        return None
+    gauge = np.asarray(gauge)
+    if gauge.shape != (n, d, d):
+        raise ValueError(f"{_WHERE}: `gauge` must have shape (n, d, d) = {(n, d, d)}; got {gauge.shape}.")
+    if not _is_real(gauge) or not np.isfinite(gauge).all():
+        raise ValueError(
+            f"{_WHERE}: `gauge` must hold finite real numbers; got dtype {gauge.dtype}"
+            + (f", {_nonfinite_summary(gauge)}." if _is_real(gauge) else ".")
+        )
+    return gauge
+
+
+def _check_attrs(attrs: Mapping[str, Any] | None) -> dict[str, Any]:
+    if attrs is None:
+        return {}
+    if not isinstance(attrs, Mapping):
+        raise ValueError(f"{_WHERE}: `attrs` must be a dict; got {type(attrs).__name__}.")
+    reserved = [key for key in _RESERVED_ATTRS if key in attrs]
+    if reserved:
+        raise ValueError(
+            f"{_WHERE}: `attrs` must not use the store's own keys {_RESERVED_ATTRS}; got {reserved[0]!r}."
+        )
+    try:
+        return json.loads(json.dumps(dict(attrs), allow_nan=False))
+    except (TypeError, ValueError) as error:
+        raise ValueError(
+            f"{_WHERE}: `attrs` must be JSON-serialisable (finite numbers, strings, lists, "
+            f"dicts); got {error}."
+        ) from None
+
+
+def _check_time(t: Any, t_last: float) -> float:
+    if np.ndim(t) != 0 or not _is_real(np.asarray(t)):
+        raise ValueError(f"{_WHERE}: `t` must be a real scalar; got {t!r}.")
+    t = float(t)
+    if not math.isfinite(t):
+        raise ValueError(f"{_WHERE}: `t` must be finite; got {t!r}.")
+    if t <= t_last:
+        raise ValueError(
+            f"{_WHERE}: `t` must be greater than the previous snapshot's time {t_last!r}; got {t!r}."
+        )
+    return t
+
+
+def _check_x(x: Any, shape: tuple[int, int]) -> np.ndarray:
+    x = np.asarray(x)
+    if x.shape != shape:
+        raise ValueError(f"{_WHERE}: `x` must have shape (n, d) = {shape}; got {x.shape}.")
+    if not _is_real(x):
+        raise ValueError(f"{_WHERE}: `x` must hold real numbers; got dtype {x.dtype}.")
+    if not np.isfinite(x).all():
+        raise ValueError(f"{_WHERE}: `x` must be finite; got {_nonfinite_summary(x)}.")
+    return x
+
+
+def _nonfinite_summary(array: np.ndarray) -> str:
+    bad = ~np.isfinite(array)
+    first = tuple(int(i) for i in np.argwhere(bad)[0])
+    return f"{int(bad.sum())} non-finite entries, the first at index {first}"

@@ -1,0 +1,366 @@
+"""The trajectory store: round trip, xarray view, trimming, errors, and survival of SIGKILL."""
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from attnflow.store import StoredTrajectory, TrajectoryWriter, open_dataset, read_trajectory
+
+N, D = 5, 3
+
+
+def _x(k: int, n: int = N, d: int = D) -> np.ndarray:
+    """Deterministic snapshot k: distinct, non-round values, so a mix-up of snapshots shows."""
+    return np.sin(np.arange(n * d).reshape(n, d) + 0.37 * k)
+
+
+def _rotations(n: int) -> np.ndarray:
+    angles = 2 * np.pi * np.arange(n) / n
+    q = np.zeros((n, 3, 3))
+    q[:, 0, 0] = q[:, 1, 1] = np.cos(angles)
+    q[:, 0, 1] = -np.sin(angles)
+    q[:, 1, 0] = np.sin(angles)
+    q[:, 2, 2] = 1.0
+    return q
+
+
+def _write(path, n_snapshots, *, n_snapshots_max=10, close=True, **kwargs):
+    kwargs.setdefault("xi", np.arange(N))
+    writer = TrajectoryWriter(path, n_snapshots_max=n_snapshots_max, n=N, d=D, **kwargs)
+    for k in range(n_snapshots):
+        writer.append(0.1 * k, _x(k))
+    if close:
+        writer.close("ok")
+    return writer
+
+
+# --- round trip -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_round_trip_is_exact(tmp_path, dtype):
+    path = tmp_path / "trajectory.zarr"
+    gauge = _rotations(N)
+    config = {"model": {"n": N, "d": D, "beta": 1.0}, "solver": {"dtype": dtype}, "version": "0.1.0"}
+    with TrajectoryWriter(
+        path, n_snapshots_max=8, n=N, d=D, xi=np.arange(N), gauge=gauge, attrs=config, dtype=dtype
+    ) as writer:
+        for k in range(6):
+            writer.append(0.1 * k, _x(k))
+    traj = read_trajectory(path)
+    assert isinstance(traj, StoredTrajectory)
+    assert traj.status == "ok"
+    assert traj.attrs == config
+    assert traj.ts.dtype == np.float64
+    np.testing.assert_array_equal(traj.ts, 0.1 * np.arange(6))
+    assert traj.xs.dtype == np.dtype(dtype)
+    # Exact: the store keeps the bits of the snapshot cast to the store dtype.
+    np.testing.assert_array_equal(traj.xs, np.stack([_x(k) for k in range(6)]).astype(dtype))
+    assert traj.xi.dtype == np.int64
+    np.testing.assert_array_equal(traj.xi, np.arange(N))
+    assert traj.gauge.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(traj.gauge, gauge.astype(dtype))
+
+
+def test_float_labels_2d_and_no_gauge(tmp_path):
+    path = tmp_path / "trajectory.zarr"
+    xi = np.linspace(0, 1, 2 * N).reshape(N, 2)
+    _write(path, 3, xi=xi)
+    traj = read_trajectory(path)
+    assert traj.gauge is None
+    assert traj.attrs == {}
+    np.testing.assert_array_equal(traj.xi, xi)
+    ds = open_dataset(path)
+    assert ds.xi.dims == ("token", "label_dim")
+    assert "gauge" not in ds
+
+
+def test_close_records_status_and_count(tmp_path):
+    path = tmp_path / "trajectory.zarr"
+    writer = _write(path, 3, close=False)
+    writer.close("non_finite")
+    assert writer.closed
+    traj = read_trajectory(path)
+    assert traj.status == "non_finite"
+    assert traj.xs.shape == (3, N, D)
+    assert open_dataset(path).attrs["n_snapshots"] == 3
+
+
+def test_context_manager_records_error_status(tmp_path):
+    path = tmp_path / "trajectory.zarr"
+    with pytest.raises(ZeroDivisionError):
+        with TrajectoryWriter(path, n_snapshots_max=4, n=N, d=D, xi=np.arange(N)) as writer:
+            writer.append(0.0, _x(0))
+            1 / 0  # noqa: B018
+    traj = read_trajectory(path)
+    assert traj.status == "error"
+    assert traj.xs.shape == (1, N, D)
+
+
+def test_overwrite_replaces_a_store(tmp_path):
+    path = tmp_path / "trajectory.zarr"
+    _write(path, 5)
+    _write(path, 2, overwrite=True)
+    assert read_trajectory(path).xs.shape == (2, N, D)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trajectory.zarr"]  # no staging left
+
+
+# --- xarray view ----------------------------------------------------------------------------------
+
+
+def test_xarray_open_zarr_sees_dims_and_time_coordinate(tmp_path):
+    path = tmp_path / "trajectory.zarr"
+    _write(path, 4, gauge=_rotations(N), attrs={"model": {"n": N}})
+    for consolidated in (None, False):
+        with warnings.catch_warnings():
+            # xarray warns that it fell back from consolidated metadata (we keep none: see store.py).
+            warnings.filterwarnings("ignore", message=".*consolidated", category=RuntimeWarning)
+            ds = xr.open_zarr(path, consolidated=consolidated)
+        assert ds.x.dims == ("time", "token", "dim")
+        assert ds.t.dims == ("time",)
+        assert "t" in ds.coords
+        assert ds.xi.dims == ("token",)
+        assert ds.gauge.dims == ("token", "gauge_dim", "dim")
+        assert ds.sizes["time"] == 10  # the raw view shows the preallocation, NaN past the end
+        assert np.isnan(ds.t.values[4:]).all()
+        assert ds.attrs["model"] == {"n": N}
+
+
+def test_open_dataset_is_trimmed_and_indexed_by_t(tmp_path):
+    path = tmp_path / "trajectory.zarr"
+    _write(path, 4, gauge=_rotations(N), close=False)
+    ds = open_dataset(path)
+    assert ds.sizes == {"time": 4, "token": N, "dim": D, "gauge_dim": D}
+    assert ds.attrs["status"] == "incomplete"
+    np.testing.assert_array_equal(ds.t.values, 0.1 * np.arange(4))
+    np.testing.assert_array_equal(ds.x.sel(t=0.2).values, _x(2))
+    # The gauge-frame view u_i = Q(xi_i) x_i is one xarray.dot.
+    u = xr.dot(ds.gauge, ds.x, dim="dim").transpose("time", "token", "gauge_dim")
+    expected = np.einsum("iab,tib->tia", _rotations(N), np.stack([_x(k) for k in range(4)]))
+    np.testing.assert_allclose(u.values, expected, rtol=0, atol=1e-15)  # one matmul of round-off
+
+
+# --- trimming -------------------------------------------------------------------------------------
+
+
+def test_unclosed_store_reads_as_incomplete_prefix(tmp_path):
+    path = tmp_path / "trajectory.zarr"
+    _write(path, 4, n_snapshots_max=10, close=False)  # as if killed between snapshots
+    traj = read_trajectory(path)
+    assert traj.status == "incomplete"
+    assert traj.ts.shape == (4,)
+    assert traj.xs.shape == (4, N, D)
+    np.testing.assert_array_equal(traj.xs[-1], _x(3))
+
+
+def test_empty_store_reads(tmp_path):
+    path = tmp_path / "trajectory.zarr"
+    _write(path, 0, close=False)
+    traj = read_trajectory(path)
+    assert traj.xs.shape == (0, N, D)
+    assert open_dataset(path).sizes["time"] == 0
+
+
+def test_x_written_but_t_not_is_not_a_snapshot(tmp_path):
+    # A kill between the two writes of append: x[4] is on disk, t[4] is not.
+    path = tmp_path / "trajectory.zarr"
+    writer = _write(path, 4, close=False)
+    writer._x[4] = _x(4)
+    assert read_trajectory(path).xs.shape == (4, N, D)
+    assert open_dataset(path).sizes["time"] == 4
+
+
+@pytest.mark.parametrize("array", ["t", "x"])
+def test_torn_chunk_ends_the_prefix(tmp_path, array):
+    # Storage that tears a chunk write (zarr < 3.1.3 did not write atomically): the checksum
+    # makes the torn chunk unreadable, and the reader stops just before it.
+    path = tmp_path / "trajectory.zarr"
+    _write(path, 6, close=False)
+    chunk = path / array / "c" / ("4" if array == "t" else "4/0/0")
+    chunk.write_bytes(chunk.read_bytes()[:-3])
+    traj = read_trajectory(path)
+    assert traj.xs.shape == (4, N, D)
+    np.testing.assert_array_equal(traj.xs, np.stack([_x(k) for k in range(4)]))
+    assert open_dataset(path).sizes["time"] == 4
+
+
+def test_garbled_chunk_fails_its_checksum(tmp_path):
+    path = tmp_path / "trajectory.zarr"
+    _write(path, 3)
+    chunk = path / "x" / "c" / "2" / "0" / "0"
+    data = bytearray(chunk.read_bytes())
+    data[0] ^= 0xFF  # a plausible-looking float, caught only by the CRC
+    chunk.write_bytes(bytes(data))
+    traj = read_trajectory(path)
+    assert traj.xs.shape == (2, N, D)
+    assert traj.status == "incomplete"  # close recorded 3 snapshots; 2 are readable
+
+
+# --- errors ---------------------------------------------------------------------------------------
+
+
+def test_append_rejects_wrong_shape(tmp_path):
+    writer = TrajectoryWriter(tmp_path / "s.zarr", n_snapshots_max=3, n=64, d=3, xi=np.arange(64))
+    with pytest.raises(ValueError, match=r"store: `x` must have shape \(n, d\) = \(64, 3\); got \(64, 4\)\."):
+        writer.append(0.0, np.zeros((64, 4)))
+
+
+def test_append_rejects_non_finite_x(tmp_path):
+    writer = _write(tmp_path / "s.zarr", 0, close=False)
+    x = _x(0)
+    x[1, 2] = np.nan
+    with pytest.raises(
+        ValueError,
+        match=r"store: `x` must be finite; got 1 non-finite entries, the first at index \(1, 2\)\.",
+    ):
+        writer.append(0.0, x)
+    assert writer.n_snapshots == 0
+
+
+def test_append_rejects_too_many_snapshots(tmp_path):
+    writer = _write(tmp_path / "s.zarr", 2, n_snapshots_max=2, close=False)
+    with pytest.raises(
+        ValueError, match=r"store: at most `n_snapshots_max` = 2 snapshots fit; got snapshot number 3\."
+    ):
+        writer.append(1.0, _x(2))
+
+
+@pytest.mark.parametrize(
+    ("t", "match"),
+    [
+        (np.nan, r"store: `t` must be finite; got nan\."),
+        (0.1, r"store: `t` must be greater than the previous snapshot's time 0\.1; got 0\.1\."),
+        (np.array([1.0]), r"store: `t` must be a real scalar"),
+    ],
+)
+def test_append_rejects_bad_time(tmp_path, t, match):
+    writer = _write(tmp_path / "s.zarr", 2, close=False)
+    with pytest.raises(ValueError, match=match):
+        writer.append(t, _x(2))
+
+
+def test_closed_writer_rejects_append_and_second_close(tmp_path):
+    writer = _write(tmp_path / "s.zarr", 1)
+    with pytest.raises(ValueError, match=r"store: `append` must come before `close`; .* status 'ok'\."):
+        writer.append(1.0, _x(1))
+    with pytest.raises(ValueError, match=r"store: `close` must be called once"):
+        writer.close("ok")
+
+
+def test_close_rejects_empty_status(tmp_path):
+    writer = _write(tmp_path / "s.zarr", 1, close=False)
+    with pytest.raises(ValueError, match=r"store: `status` must be a non-empty string; got ''\."):
+        writer.close("")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"n": 0}, r"store: `n` must be a positive integer; got 0\."),
+        ({"n_snapshots_max": 2.5}, r"store: `n_snapshots_max` must be a positive integer; got 2\.5\."),
+        ({"dtype": "float16"}, r"store: `dtype` must be one of \('float64', 'float32'\); got 'float16'\."),
+        (
+            {"xi": np.arange(N + 1)},
+            r"store: `xi` must have shape \(n,\) or \(n, k\) with n = 5; got \(6,\)\.",
+        ),
+        ({"xi": np.full(N, np.inf)}, r"store: `xi` must be finite"),
+        (
+            {"gauge": np.zeros((N, 2, 2))},
+            r"store: `gauge` must have shape \(n, d, d\) = \(5, 3, 3\); got \(5, 2, 2\)\.",
+        ),
+        ({"attrs": {"status": "x"}}, r"store: `attrs` must not use the store's own keys"),
+        ({"attrs": {"seed": object()}}, r"store: `attrs` must be JSON-serialisable"),
+        ({"attrs": {"noise": float("nan")}}, r"store: `attrs` must be JSON-serialisable"),
+    ],
+)
+def test_bad_construction_is_rejected_and_writes_nothing(tmp_path, kwargs, match):
+    args = {"n_snapshots_max": 4, "n": N, "d": D, "xi": np.arange(N)} | kwargs
+    with pytest.raises(ValueError, match=match):
+        TrajectoryWriter(tmp_path / "s.zarr", **args)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_existing_path_needs_overwrite(tmp_path):
+    path = tmp_path / "s.zarr"
+    _write(path, 1)
+    with pytest.raises(ValueError, match=r"store: `path` must not exist yet; .* Pass overwrite=True"):
+        _write(path, 1)
+    other = tmp_path / "notes"
+    other.mkdir()
+    with pytest.raises(ValueError, match=r"store: `path` exists and is not a Zarr store"):
+        _write(other, 1, overwrite=True)
+    assert other.is_dir()
+
+
+def test_reading_a_missing_store(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"store: `path` must be a trajectory store"):
+        read_trajectory(tmp_path / "nope.zarr")
+
+
+# --- SIGKILL --------------------------------------------------------------------------------------
+
+_CHILD = textwrap.dedent(
+    """
+    import sys, time
+    import numpy as np
+    from attnflow.store import TrajectoryWriter
+
+    n, d = 16, 3
+    writer = TrajectoryWriter(sys.argv[1], n_snapshots_max=1000, n=n, d=d, xi=np.arange(n))
+    for k in range(1000):
+        writer.append(0.5 * k, np.full((n, d), k + 1.0))
+        print(k + 1, flush=True)
+        time.sleep(0.002)
+    """
+)
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX SIGKILL")
+def test_sigkill_leaves_every_completed_snapshot_readable(tmp_path):
+    path = tmp_path / "trajectory.zarr"
+    env = os.environ | {"JAX_PLATFORMS": "cpu"}  # `import attnflow` imports jax; skip device probing
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    reported = 0
+    deadline = time.monotonic() + 30.0  # a hung child fails the test instead of hanging it
+    try:
+        while reported < 3:
+            ready, _, _ = select.select([child.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            line = child.stdout.readline() if ready else ""
+            if not line:
+                child.kill()
+                pytest.fail(f"child stopped before 3 snapshots: {child.communicate()[1][-2000:]}")
+            reported = int(line)
+        time.sleep(0.02)  # let it get into the next few appends, so the kill lands mid-run
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        child.stdout.close()
+        child.stderr.close()
+    assert child.returncode == -signal.SIGKILL
+
+    traj = read_trajectory(path)
+    count = traj.xs.shape[0]
+    assert count >= reported
+    assert traj.status == "incomplete"
+    assert np.isfinite(traj.xs).all()
+    np.testing.assert_array_equal(traj.ts, 0.5 * np.arange(count))
+    expected = np.broadcast_to((np.arange(count) + 1.0)[:, None, None], (count, 16, 3))
+    np.testing.assert_array_equal(traj.xs, expected)
+    ds = open_dataset(path)
+    assert ds.sizes["time"] == count
+    np.testing.assert_array_equal(ds.x.values, expected)
