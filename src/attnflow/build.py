@@ -49,7 +49,7 @@ class Simulation:
 
 
 def _fail(key: str, constraint: str, value) -> ConfigError:
-    return ConfigError(f"config: `{key}` must be {constraint}; got {value!r}.")
+    return ConfigError.from_parts(key, constraint, value)
 
 
 def _load_array(key: str, path, shape: tuple[int | None, ...] | None = None) -> np.ndarray:

@@ -1,0 +1,75 @@
+"""build(config): labels, gauges, initial data and options reach the runtime objects."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from attnflow.build import build, make_labels, resolve_block_size
+from attnflow.config import config_from_dict
+from attnflow.gauges import DenseGauge, IdentityGauge, RoPE
+
+
+def cfg(**sections):
+    return config_from_dict(sections)
+
+
+@pytest.mark.parametrize(
+    ("spacing", "expected"),
+    [
+        ("index", [0, 1, 2, 3]),
+        ("unit", [0, 0.25, 0.5, 0.75]),
+        ("midpoint", [0.125, 0.375, 0.625, 0.875]),
+        (0.5, [0, 0.5, 1, 1.5]),
+    ],
+)
+def test_position_labels(spacing, expected):
+    config = cfg(model={"n": 4}, aux={"kind": "positions", "spacing": spacing})
+    np.testing.assert_array_equal(make_labels(config), expected)  # exact arithmetic on small numbers
+
+
+def test_prompt_labels_cyclic_and_random():
+    cyclic = make_labels(cfg(model={"n": 6}, aux={"kind": "prompts", "n_prompts": 4}))
+    np.testing.assert_array_equal(cyclic, [0, 1, 2, 3, 0, 1])
+    random = make_labels(
+        cfg(model={"n": 200}, aux={"kind": "prompts", "n_prompts": 3, "assignment": "random"})
+    )
+    assert set(np.unique(random)) == {0, 1, 2}
+
+
+def test_gauge_kinds_are_built():
+    base = {"model": {"n": 8}, "aux": {"kind": "positions"}}
+    assert isinstance(build(cfg(**base)).kernel.gauge, IdentityGauge)
+    assert isinstance(build(cfg(**base, gauge={"kind": "rope"})).kernel.gauge, RoPE)
+    assert isinstance(build(cfg(**base, gauge={"kind": "generalized_rope"})).kernel.gauge, DenseGauge)
+    prompts = cfg(model={"n": 8}, aux={"kind": "prompts"}, gauge={"kind": "prompt"})
+    sim = build(prompts)
+    q = np.asarray(sim.kernel.gauge.matrices())
+    np.testing.assert_allclose(q[0], q[4], atol=0)  # same prompt id, same matrix
+    np.testing.assert_array_equal(sim.groups, [0, 1, 2, 3, 0, 1, 2, 3])
+
+
+def test_cap_initial_data_is_centred_in_the_gauge_frame():
+    config = cfg(
+        model={"n": 64},
+        aux={"kind": "positions"},
+        gauge={"kind": "rope"},
+        init={"kind": "cap", "center": [1.0, 0.0, 0.0], "sigma": 0.05},
+    )
+    sim = build(config)
+    u0 = np.asarray(sim.kernel.gauge.apply(sim.x0))
+    assert np.min(u0[:, 0]) > 0.9  # every u within ~0.05·few of the centre
+    x0 = np.asarray(sim.x0)
+    assert np.min(x0[:, 0]) < 0  # while the content is spread around the circle
+
+
+def test_dtype_and_block_size_options():
+    sim = build(cfg(model={"n": 8}, solver={"dtype": "float32", "block_size": 3}))
+    assert sim.x0.dtype == jnp.float32
+    assert sim.block_size == 3
+    assert resolve_block_size(cfg(model={"n": 8}, solver={"block_size": 64})) is None  # one block = dense
+    assert resolve_block_size(cfg(model={"n": 10_000})) is not None  # automatic blocking for large n
+
+
+def test_stiffness_warning():
+    with pytest.warns(UserWarning, match="solver.dt"):
+        build(cfg(model={"n": 8, "beta": 5.0}, solver={"dt": 0.1, "t_end": 1.0, "save_every": 0.1}))

@@ -1,0 +1,178 @@
+"""The command line in-process: run folders, bad input (exit 2, one line, nothing written), kills."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from attnflow.cli import app
+from attnflow.store import open_dataset, read_trajectory
+
+SMALL = """
+[model]
+n = 16
+d = 3
+[aux]
+kind = "positions"
+[gauge]
+kind = "rope"
+[solver]
+dt = 0.05
+t_end = 2.0
+save_every = 0.5
+"""
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    path = tmp_path / "small.toml"
+    path.write_text(SMALL)
+    return path
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def test_run_writes_a_complete_run_folder(config_file, tmp_path):
+    out = tmp_path / "run"
+    result = invoke("run", str(config_file), "--out", str(out), "--set", "model.beta=2.0")
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.iterdir()) == [
+        "config.json",
+        "figures",
+        "metrics.json",
+        "trajectory.zarr",
+    ]
+    config = json.loads((out / "config.json").read_text())
+    assert config["model"]["beta"] == 2.0  # the override reached the resolved config
+    assert config["solver"]["method"] == "rk4"  # defaults are filled in
+    metrics = json.loads((out / "metrics.json").read_text())
+    for key in ("energy", "mean_cosine", "resultant_deficit", "gauge_mean_cosine", "energy_monotone"):
+        assert key in metrics
+    assert metrics["run"]["status"] == "ok"
+    assert metrics["run"]["steps"] == 40  # t_end / dt fixed steps
+    assert metrics["series"]["t"] == [0.0, 0.5, 1.0, 1.5, 2.0]
+    assert metrics["energy_monotone"] is True
+    stored = read_trajectory(out / "trajectory.zarr")
+    assert stored.xs.shape == (5, 16, 3)
+    assert stored.gauge.shape == (16, 3, 3)
+    # The stored gauge maps the final snapshot to the gauge frame the metrics describe.
+    u = np.einsum("nij,nj->ni", stored.gauge, stored.xs[-1])
+    m = u.mean(axis=0)
+    assert abs((16 * m @ m - 1) / 15 - metrics["gauge_mean_cosine"]) < 1e-12  # same formula, round-off
+    for name in ("states.png", "energy.png", "collapse.png"):
+        assert (out / "figures" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "status" in result.output and "ok" in result.output
+
+
+def test_plot_redraws_figures(config_file, tmp_path):
+    out = tmp_path / "run"
+    assert invoke("run", str(config_file), "--out", str(out)).exit_code == 0
+    for png in (out / "figures").iterdir():
+        png.unlink()
+    result = invoke("plot", str(out))
+    assert result.exit_code == 0, result.output
+    assert (out / "figures" / "states.png").stat().st_size > 1000
+
+
+BAD_INPUT = [
+    (["--set", "solver.method=rk5"], "solver.method", "rk5"),
+    (["--set", "model.n=-3"], "model.n", "-3"),
+    (["--set", "model.beta=abc"], "model.beta", "abc"),
+    (["--set", "model.colour=1"], "model.colour", "colour"),
+    (["--set", "solver.dt=0.03"], "solver.save_every", "0.5"),
+    (["--set", "model.normalization=sa", "--set", "factor.kind=toeplitz_cos"], "normalization", "sa"),
+]
+
+
+@pytest.mark.parametrize(("extra", "key", "value"), BAD_INPUT)
+def test_bad_config_exits_2_naming_the_key(config_file, tmp_path, extra, key, value):
+    out = tmp_path / "run"
+    result = invoke("run", str(config_file), "--out", str(out), *extra)
+    assert result.exit_code == 2
+    message = result.stderr.strip()
+    assert len(message.splitlines()) == 1  # one clear line
+    assert key in message and value in message
+    assert not out.exists()  # nothing half-written
+
+
+def _bad_file_case(tmp_path: Path, kind: str) -> tuple[list[str], str]:
+    n, d = 16, 3
+    if kind == "gauge":
+        q = np.tile(np.eye(d), (n, 1, 1))
+        q[3, 0, 0] = 2.0  # not orthogonal
+        np.save(tmp_path / "q.npy", q)
+        return ["--set", "gauge.kind=file", "--set", f"gauge.path={tmp_path / 'q.npy'}"], "orthogonal"
+    if kind == "init":
+        x0 = np.ones((n, d))
+        x0[2, 1] = np.nan
+        np.save(tmp_path / "x0.npy", x0)
+        return ["--set", "init.kind=file", "--set", f"init.path={tmp_path / 'x0.npy'}"], "init.path"
+    if kind == "factor":
+        w = -np.ones((n, n))
+        np.save(tmp_path / "w.npy", w)
+        sets = ["factor.kind=file", f"factor.path={tmp_path / 'w.npy'}", "model.normalization=sa"]
+        return [arg for s in sets for arg in ("--set", s)], "factor.path"
+    w = np.arange(n * n, dtype=float).reshape(n, n)  # not symmetric
+    np.save(tmp_path / "w.npy", w)
+    return ["--set", "factor.kind=file", "--set", f"factor.path={tmp_path / 'w.npy'}"], "symmetric"
+
+
+@pytest.mark.parametrize("kind", ["gauge", "init", "factor", "asymmetric"])
+def test_bad_arrays_exit_2(config_file, tmp_path, kind):
+    extra, needle = _bad_file_case(tmp_path, kind)
+    out = tmp_path / "run"
+    result = invoke("run", str(config_file), "--out", str(out), *extra)
+    assert result.exit_code == 2, result.output
+    assert needle in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_missing_config_file_exits_2(tmp_path):
+    result = invoke("run", str(tmp_path / "nope.toml"), "--out", str(tmp_path / "run"))
+    assert result.exit_code == 2
+    assert "nope.toml" in result.stderr
+
+
+def test_non_empty_out_folder_is_refused(config_file, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "keep.txt").write_text("x")
+    result = invoke("run", str(config_file), "--out", str(out))
+    assert result.exit_code == 2 and "--out" in result.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+
+
+def test_sigkilled_run_leaves_a_readable_trajectory(tmp_path):
+    config = tmp_path / "long.toml"
+    config.write_text(SMALL.replace("t_end = 2.0", "t_end = 5000.0").replace("dt = 0.05", "dt = 0.01"))
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "attnflow", "run", str(config), "--out", str(out)]
+    process = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if (out / "trajectory.zarr").exists() and read_trajectory(out / "trajectory.zarr").ts.size >= 3:
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("the run never stored 3 snapshots")
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    stored = read_trajectory(out / "trajectory.zarr")
+    assert stored.status == "incomplete"
+    assert stored.ts.size >= 3
+    assert np.all(np.isfinite(stored.xs))
+    np.testing.assert_allclose(np.linalg.norm(stored.xs, axis=-1), 1.0, atol=1e-12)  # snapshots are whole
+    assert np.allclose(np.diff(stored.ts), 0.5)  # a contiguous prefix of the save times
+    assert open_dataset(out / "trajectory.zarr").sizes["time"] == stored.ts.size
