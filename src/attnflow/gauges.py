@@ -144,6 +144,11 @@ def rope_frequencies(
 def make_rope(xi, d: int, frequencies: np.ndarray, *, dtype=jnp.float64) -> RoPE:
     """RoPE gauge for scalar positions ``xi (n,)``."""
     xi = np.asarray(xi, dtype=np.float64).reshape(-1)
+    frequencies = np.asarray(frequencies, dtype=np.float64).reshape(-1)
+    if frequencies.size > d // 2:
+        raise ValueError(
+            f"rope: `frequencies` must have at most d//2 = {d // 2} entries; got {frequencies.size}."
+        )
     return RoPE(angles=jnp.asarray(np.outer(xi, frequencies), dtype=dtype), d=d)
 
 
@@ -164,15 +169,42 @@ def make_generalized_rope(
     (default in d = 3: ``L_z`` then ``3 L_x``) give a wavy orbit.
     """
     xi = np.asarray(xi, dtype=np.float64).reshape(-1)
-    generators = [np.asarray(g, dtype=np.float64) for g in generators]
-    d = generators[0].shape[0]
+    paths = [skew_exponential(np.asarray(g, dtype=np.float64)) for g in generators]
+    d = np.asarray(generators[0]).shape[0]
     q = np.empty((xi.size, d, d))
     for i, position in enumerate(xi):
         m = np.eye(d)
-        for g, rate in zip(generators, rates, strict=True):
-            m = m @ scipy.linalg.expm(rate * omega * position * g)
+        for path, rate in zip(paths, rates, strict=True):
+            m = m @ path(rate * omega * position)
         q[i] = m
     return DenseGauge(q=jnp.asarray(q, dtype=dtype))
+
+
+def skew_exponential(g: np.ndarray):
+    """``θ ↦ exp(θ G)`` for skew-symmetric ``G``, orthogonal to round-off for any ``θ``.
+
+    The real Schur form ``G = Z T Zᵀ`` of a skew matrix is block diagonal with ``2 × 2`` blocks
+    ``[[0, −w], [w, 0]]`` (and zeros); ``exp(θ G) = Z blockdiag(r(θ w), …, 1) Zᵀ`` with exact
+    rotations ``r``, unlike ``expm`` whose error grows with ``|θ|``.
+    """
+    t, z = scipy.linalg.schur(g, output="real")
+    d = g.shape[0]
+    blocks, i = [], 0
+    while i < d:
+        if i + 1 < d and abs(t[i + 1, i]) > 1e-14 * max(1.0, np.abs(t).max()):
+            blocks.append((i, 0.5 * (t[i + 1, i] - t[i, i + 1])))
+            i += 2
+        else:
+            i += 1
+
+    def exponential(theta: float) -> np.ndarray:
+        e = np.eye(d)
+        for i, w in blocks:
+            c, s = np.cos(theta * w), np.sin(theta * w)
+            e[i : i + 2, i : i + 2] = [[c, -s], [s, c]]
+        return z @ e @ z.T
+
+    return exponential
 
 
 def haar_orthogonal(key: jax.Array, k: int, d: int) -> np.ndarray:

@@ -87,6 +87,8 @@ def equiangular(n: int, d: int, rho0: float, *, dtype=jnp.float64) -> jax.Array:
     """
     if d < n:
         raise ValueError(f"equiangular: `d` must be >= n = {n}; got {d}.")
+    if n == 1:
+        return jnp.zeros((1, d), dtype=dtype).at[0, 0].set(1.0)
     if not -1.0 / (n - 1) < rho0 < 1.0:
         raise ValueError(
             f"equiangular: `rho0` must lie in (-1/(n-1), 1) = ({-1.0 / (n - 1)}, 1); got {rho0!r}."

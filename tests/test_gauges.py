@@ -1,0 +1,201 @@
+"""Gauges Q(ξ) (attnflow.gauges): orthogonality, apply vs matrices, the RoPE relative property,
+generalized RoPE (commuting and not), prompt gauges, Haar sampling and the validation errors."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.linalg
+
+from attnflow import gauges
+from helpers_core import GAUGES, N_SMALL, commuting_generators_d4, uniform
+
+
+@pytest.mark.parametrize("name", sorted(GAUGES))
+def test_gauge_matrices_orthogonal_and_apply_consistent(name):
+    g = GAUGES[name](N_SMALL)
+    q = np.asarray(g.matrices())
+    assert q.shape == (N_SMALL, g.d, g.d)
+    # every gauge is built from exact rotations (cos/sin blocks, Schur-form exponentials, QR): ulps
+    np.testing.assert_allclose(
+        np.einsum("nki,nkj->nij", q, q), np.broadcast_to(np.eye(g.d), q.shape), rtol=0, atol=1e-14
+    )
+    x = uniform(N_SMALL, g.d, seed=1)
+    # apply / apply_transpose are the matrix-vector products of matrices(): same sums, round-off only
+    np.testing.assert_allclose(g.apply(x), np.einsum("nij,nj->ni", q, x), rtol=0, atol=1e-15)
+    np.testing.assert_allclose(g.apply_transpose(x), np.einsum("nji,nj->ni", q, x), rtol=0, atol=1e-15)
+    # Qᵀ(Q x) = x up to the orthogonality defect (ulps)
+    np.testing.assert_allclose(g.apply_transpose(g.apply(x)), x, rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize(
+    "d, frequencies",
+    [
+        (4, gauges.rope_frequencies(4, kind="roformer")),
+        (5, np.array([1.0, 0.37])),
+        (3, np.array([2 * np.pi / 16])),
+    ],
+)
+def test_rope_relative_property(d, frequencies):
+    xi = np.arange(16.0)
+    r = np.asarray(gauges.make_rope(xi, d, frequencies).matrices())
+    lhs = np.einsum("aki,bkj->abij", r, r)  # R(ξ_a)ᵀ R(ξ_b)
+    diff = (xi[None, :] - xi[:, None]).reshape(-1)  # ζ − ξ for every pair (a, b)
+    rhs = np.asarray(gauges.make_rope(diff, d, frequencies).matrices()).reshape(lhs.shape)
+    # angle-addition identities hold to a few ulps of the O(1) cos/sin values (angles ≤ 15 rad)
+    np.testing.assert_allclose(lhs, rhs, rtol=0, atol=1e-14)
+
+
+def test_rope_block_structure_and_fixed_coordinate():
+    freqs = np.array([1.0, 0.37])
+    r = np.asarray(gauges.make_rope(np.arange(16.0), 5, freqs).matrices())
+    # d = 5 with two pairs: coordinate 4 is untouched, exactly
+    np.testing.assert_array_equal(r[:, 4, :], np.broadcast_to(np.eye(5)[4], (16, 5)))
+    np.testing.assert_array_equal(r[:, :, 4], np.broadcast_to(np.eye(5)[4], (16, 5)))
+    # block (0,1) of token 3 is r(θ_1·3) = [[cos, −sin], [sin, cos]] (RoFormer convention)
+    a = 3.0 * freqs[0]
+    # same cos/sin calls, exact up to one rounding
+    np.testing.assert_allclose(
+        r[3, :2, :2], [[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]], rtol=0, atol=1e-16
+    )
+    # the two pairs do not mix: off-diagonal blocks are exactly zero
+    np.testing.assert_array_equal(r[:, :2, 2:], 0.0)
+
+
+def test_rope_frequencies_values():
+    # roformer θ_k = base^{−2(k−1)/d}, one per pair: the same power computed two ways, ulps apart
+    np.testing.assert_allclose(
+        gauges.rope_frequencies(6, kind="roformer", base=100.0),
+        [1.0, 100.0 ** (-1 / 3), 100.0 ** (-2 / 3)],
+        rtol=1e-15,
+    )
+    full = gauges.rope_frequencies(3, kind="full_period", n=16)
+    np.testing.assert_allclose(full, [2 * np.pi / 16], rtol=1e-16)  # one division, exact up to rounding
+    r = np.asarray(gauges.make_rope([16.0], 3, full).matrices())[0]
+    # full period: position n is one full turn; cos(2π)/sin(2π) are within 3e-16 of 1/0
+    np.testing.assert_allclose(r, np.eye(3), rtol=0, atol=1e-15)
+    np.testing.assert_array_equal(gauges.rope_frequencies(5, kind=[0.5]), [0.5])
+
+
+def test_rope_frequencies_errors():
+    with pytest.raises(
+        ValueError, match=r"`frequencies` must be 'roformer', 'full_period' or a list; got 'rofromer'"
+    ):
+        gauges.rope_frequencies(4, kind="rofromer")
+    with pytest.raises(ValueError, match=r"`n` is required for full_period"):
+        gauges.rope_frequencies(4, kind="full_period")
+    with pytest.raises(ValueError, match=r"at most d//2 = 2 entries; got 3"):
+        gauges.rope_frequencies(5, kind=[1.0, 2.0, 3.0])
+
+
+def test_axis_generators():
+    for axis in "xyz":
+        g = gauges.axis_generator(axis)
+        np.testing.assert_array_equal(g, -g.T)  # skew-symmetric, exactly
+    # right-handed: exp(a L_z) e_x = (cos a, sin a, 0); exp(a L_x) e_y = (0, cos a, sin a)
+    a = 0.7
+    # expm of a 3×3 skew matrix: accurate to ~1e-15
+    np.testing.assert_allclose(
+        scipy.linalg.expm(a * gauges.axis_generator("z")) @ [1, 0, 0],
+        [np.cos(a), np.sin(a), 0],
+        rtol=0,
+        atol=1e-15,
+    )
+    np.testing.assert_allclose(
+        scipy.linalg.expm(a * gauges.axis_generator("x")) @ [0, 1, 0],
+        [0, np.cos(a), np.sin(a)],
+        rtol=0,
+        atol=1e-15,
+    )
+
+
+def test_generalized_rope_default_is_rz_times_rx():
+    n = 16
+    omega = 2 * np.pi / n
+    q = np.asarray(GAUGES["generalized_zx"](n).matrices())
+
+    def rz(a):
+        return np.array([[np.cos(a), -np.sin(a), 0], [np.sin(a), np.cos(a), 0], [0, 0, 1]])
+
+    def rx(a):
+        return np.array([[1, 0, 0], [0, np.cos(a), -np.sin(a)], [0, np.sin(a), np.cos(a)]])
+
+    expected = np.stack([rz(omega * i) @ rx(3 * omega * i) for i in range(n)])
+    # both sides are exact rotations; angles up to 17.7 rad carry ~|θ|·ulp phase error
+    np.testing.assert_allclose(q, expected, rtol=0, atol=1e-13)
+
+
+def test_generalized_rope_relative_property_commuting_only():
+    n = 16
+    xi = np.arange(0.0, n, 2.0)  # 8 positions, 64 pairs (each pair is an expm product)
+    # commuting generators (d = 4): LieRE-type relative property
+    gens = commuting_generators_d4()
+    np.testing.assert_allclose(gens[0] @ gens[1], gens[1] @ gens[0], rtol=0, atol=1e-15)  # they commute
+    q = np.asarray(gauges.make_generalized_rope(xi, gens, [1.0, 2.5], omega=2 * np.pi / n).matrices())
+    diff = (xi[None, :] - xi[:, None]).reshape(-1)
+    q_diff = np.asarray(gauges.make_generalized_rope(diff, gens, [1.0, 2.5], omega=2 * np.pi / n).matrices())
+    # exact rotations of angles up to ~14 rad: phase error ~|θ|·ulp per factor
+    np.testing.assert_allclose(
+        np.einsum("aki,bkj->abij", q, q).reshape(q_diff.shape), q_diff, rtol=0, atol=1e-12
+    )
+    # non-commuting z, x (d = 3): the relative property fails by O(1) (the wavy orbit)
+    zx = [gauges.axis_generator("z"), gauges.axis_generator("x")]
+    qz = np.asarray(gauges.make_generalized_rope(xi, zx, [1.0, 3.0], omega=2 * np.pi / n).matrices())
+    qz_diff = np.asarray(gauges.make_generalized_rope(diff, zx, [1.0, 3.0], omega=2 * np.pi / n).matrices())
+    # an O(1) defect: far above any round-off, so this is a real structural difference
+    assert np.abs(np.einsum("aki,bkj->abij", qz, qz).reshape(qz_diff.shape) - qz_diff).max() > 0.1
+
+
+def test_haar_orthogonal_and_prompt_gauge():
+    qs = gauges.haar_orthogonal(jax.random.key(5), 6, 4)
+    # QR factor with sign fix: orthogonal to round-off
+    np.testing.assert_allclose(
+        np.einsum("kji,kjl->kil", qs, qs), np.broadcast_to(np.eye(4), qs.shape), rtol=0, atol=1e-14
+    )
+    np.testing.assert_array_equal(qs, gauges.haar_orthogonal(jax.random.key(5), 6, 4))  # seeded, bitwise
+    ids = np.array([0, 3, 1, 3, 5, 0])
+    g = gauges.make_prompt_gauge(ids, qs)
+    # token i carries exactly Q_{ids[i]} (a gather, no arithmetic)
+    np.testing.assert_array_equal(np.asarray(g.matrices()), qs[ids])
+
+
+def test_check_orthogonal_errors():
+    q = np.broadcast_to(np.eye(3), (4, 3, 3)).copy()
+    np.testing.assert_array_equal(gauges.check_orthogonal(q), q)
+    with pytest.raises(ValueError, match=r"gauge matrices must have shape \(n, d, d\); got \(4, 3\)"):
+        gauges.check_orthogonal(np.zeros((4, 3)))
+    bad = q.copy()
+    bad[1, 0, 0] = np.nan
+    with pytest.raises(ValueError, match=r"must be finite"):
+        gauges.check_orthogonal(bad)
+    bad = q.copy()
+    bad[2] *= 1.01
+    with pytest.raises(ValueError, match=r"must be orthogonal .* got 0\.0201 for token 2"):
+        gauges.check_orthogonal(bad, name="Q.npy")
+    with pytest.raises(ValueError, match=r"^prompt gauge: gauge matrices must be orthogonal"):
+        gauges.make_prompt_gauge([0, 1], 2.0 * np.broadcast_to(np.eye(3), (2, 3, 3)))
+
+
+def test_dense_gauge_apply_is_jittable_pytree():
+    g = GAUGES["dense_haar"](N_SMALL)
+    x = uniform(N_SMALL, 3, seed=2)
+    # a pytree gauge passes through jit; XLA may fuse multiply-adds (FMA), so allow one ulp-level rounding
+    np.testing.assert_allclose(jax.jit(lambda g, x: g.apply(x))(g, x), g.apply(x), rtol=0, atol=1e-15)
+    r = GAUGES["rope_full_period"](N_SMALL)
+    np.testing.assert_allclose(jax.jit(lambda g, x: g.apply(x))(r, x), r.apply(x), rtol=0, atol=1e-15)
+    assert jnp.asarray(r.angles).shape == (N_SMALL, 1)
+
+
+def test_generalized_rope_orthogonal_to_round_off():
+    q = np.asarray(GAUGES["generalized_zx"](32).matrices())
+    # products of two exact rotations should be orthogonal to a few ulps, like RoPE's cos/sin blocks
+    np.testing.assert_allclose(
+        np.einsum("nki,nkj->nij", q, q), np.broadcast_to(np.eye(3), q.shape), rtol=0, atol=1e-14
+    )
+
+
+def test_make_rope_rejects_too_many_frequencies():
+    with pytest.raises(ValueError, match=r"frequencies"):
+        gauges.make_rope(np.arange(4), 3, np.array([1.0, 2.0]))
