@@ -94,6 +94,109 @@ def plot(run_dir: Annotated[Path, typer.Argument(help="A run folder.")]) -> None
         stdout.print(str(path))
 
 
+@app.command()
+def reproduce(
+    quick: Annotated[bool, typer.Option("--quick", help="Fewer sizes and seeds (what CI runs).")] = False,
+    only: Annotated[str | None, typer.Option(help="Comma-separated experiment ids, e.g. E1,E3.")] = None,
+    out: Annotated[Path, typer.Option(help="Report folder.")] = Path("results/reproduce"),
+    sizes: Annotated[str | None, typer.Option(hidden=True, help="Testing: token counts, e.g. 32,64.")] = None,
+    seeds: Annotated[int | None, typer.Option(hidden=True, help="Testing: first k seeds only.")] = None,
+    workers: Annotated[int | None, typer.Option(hidden=True, help="Processes (default <= 2).")] = None,
+) -> None:
+    """Run the paper's experiments (SPEC §6), check every expectation, write the report."""
+    from attnflow.report import failure_lines, summary_table
+    from attnflow.reproduce import parse_only, parse_sizes
+    from attnflow.reproduce import reproduce as run_reproduce
+
+    with user_errors():
+        ids, token_counts = parse_only(only), parse_sizes(sizes)
+        with progress_bar("reproducing") as progress:
+            options = dict(quick=quick, only=ids, sizes=token_counts, n_seeds=seeds, workers=workers)
+            outcome = run_reproduce(out, **options, progress=progress)
+    stdout.print(summary_table(outcome))
+    for line in failure_lines(outcome):
+        stderr.print(line, markup=False, highlight=False, soft_wrap=True)
+    stdout.print(f"report: {out / 'report.html'}")
+    if outcome.failures:
+        raise typer.Exit(code=1)
+
+
+@app.command()
+def realize(
+    target: Annotated[Path, typer.Option(help="Target (.npy): sphere (n,d) unit rows; orbit (n,) angles.")],
+    kind: Annotated[str, typer.Option(help="'sphere' (gauge-level, SPEC §3.2) or 'orbit' (RoPE, §3.1).")],
+    n: Annotated[int | None, typer.Option(help="Tokens (orbit: default the sample count).")] = None,
+    out: Annotated[Path | None, typer.Option(help="Run folder (default runs/realize-<kind>-<name>).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the initial data.")] = 0,
+    t_end: Annotated[float, typer.Option(help="Final time τ.")] = 40.0,
+) -> None:
+    """Realise a target law (SPEC §3): build the gauge, run the dynamics, write the run folder."""
+    from attnflow.realize import SUMMARY_KEYS as REALIZE_KEYS
+    from attnflow.realize import run_realisation
+
+    with user_errors():
+        out = out if out is not None else Path("runs") / f"realize-{kind}-{target.stem}"
+        with progress_bar("realising") as bar:
+            result = run_realisation(target, kind=kind, n=n, out=out, seed=seed, t_end=t_end, progress=bar)
+    rows = {k: result.get(k) for k in REALIZE_KEYS}
+    rows.update(status=result["run"]["status"], wall_time_s=result["run"]["wall_time_s"], folder=str(out))
+    print_summary(f"attnflow realize --kind {kind} {target.name}", rows)
+
+
+@app.command()
+def sweep(
+    config: Annotated[Path, typer.Argument(help="Base TOML config (SPEC §7.2).")],
+    grid: Annotated[
+        list[str],
+        typer.Option(
+            "--grid",
+            help="Axis key=v1,v2,... (repeat for a Cartesian product); lists in brackets: "
+            "gauge.frequencies='[1.0],[0.5,0.25]'.",
+        ),
+    ],
+    out: Annotated[Path, typer.Option(help="Sweep folder (runs/<hash>/, results.parquet, results.csv).")],
+    set_: Annotated[list[str], typer.Option("--set", help="Override of the base, e.g. model.n=128.")] = [],  # noqa: B006
+    scheduler: Annotated[
+        str | None, typer.Option(help="Existing Dask scheduler: tcp://host:port or a scheduler file.")
+    ] = None,
+    workers: Annotated[int | None, typer.Option(help="Local worker processes (default: 1 per core).")] = None,
+) -> None:
+    """Run a resumable Cartesian sweep on Dask distributed (finished points are skipped)."""
+    from attnflow.config import load_config
+    from attnflow.sweep import parse_grid, plan_sweep, run_sweep
+
+    with user_errors():
+        plan = plan_sweep(load_config(config, set_), [parse_grid(spec) for spec in grid])
+        with progress_bar("sweep") as progress:
+            summary = run_sweep(plan, out, scheduler=scheduler, workers=workers, progress=progress)
+    for message, count in summary.warnings.items():
+        stderr.print(f"warning ({count} points): {message}", markup=False, highlight=False, soft_wrap=True)
+    for digest, error in summary.failures.items():
+        stderr.print(f"failed {digest}: {error}", markup=False, highlight=False, soft_wrap=True)
+    rows = {"points": summary.points, "done": summary.done, "skipped": summary.skipped}
+    rows.update(failed=summary.failed, wall_time_s=summary.wall_time_s, results=str(summary.results))
+    print_summary(f"attnflow sweep {config.name}", rows)
+
+
+@app.command()
+def phase(
+    sweep_dir: Annotated[Path, typer.Argument(help="A sweep folder (with results.parquet).")],
+    x: Annotated[str, typer.Option("--x", help="Column on the x axis, e.g. model.beta.")],
+    y: Annotated[str, typer.Option("--y", help="Column on the y axis, e.g. model.n.")],
+    metric: Annotated[
+        str, typer.Option(help="Column (mean per cell; text: most frequent) or NAME OP VALUE: n_clusters>=2.")
+    ],
+    out: Annotated[Path | None, typer.Option(help="PNG (default DIR/figures/phase_<metric>.png).")] = None,
+    title: Annotated[str | None, typer.Option(help="Figure title.")] = None,
+) -> None:
+    """Draw a phase diagram of a sweep: a metric over two grid keys, averaged over the others."""
+    from attnflow.phase import write_phase_figure
+
+    with user_errors():
+        path = write_phase_figure(sweep_dir, x, y, metric, out, title=title)
+    stdout.print(str(path))
+
+
 def main() -> None:
     app()
 

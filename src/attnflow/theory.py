@@ -1,40 +1,427 @@
-"""Closed-form theory: energy bounds and maximiser sets (SPEC §1.3, §2).
+"""Closed-form theory: energy bounds, maximiser sets, the spectral dichotomy, certificates (SPEC §1.3, §2).
 
-- ``energy_max(kernel)``: the maximum of ``E`` over configurations with the kernel's labels, where
-  the theory gives it, else ``None``:
-  - gauge kernels with ``w = 1``: ``φ(1)/2`` (``c e^β/(2β)`` for exp, ``c/2`` for linear),
-    attained on the orbit ``{Q(ξ_i)ᵀ v}``;
-  - a non-negative factor with a non-decreasing profile: ``φ(1) · mean(W) / 2`` (D1), attained in
-    the gauge frame at a Dirac;
-  - the Toeplitz cosine factor with the linear profile and no gauge: ``c λ_max(W) / (2n)`` when
-    ``W`` has a double top eigenvalue (full-period positions), attained by the uniform great
-    circle (D2);
-  - otherwise ``None`` (e.g. D3: exponential profile with a sign-changing factor).
+Energy bounds
+    ``energy_max(kernel)``: the maximum of ``E`` over configurations with the kernel's labels where
+    the theory gives it in closed form, else ``None``. The gauge never changes the maximum: ``E``
+    depends on ``x`` only through the gauge frame ``u_i = Q(ξ_i)x_i``, and ``x ↦ u`` is a bijection
+    of ``(S^{d−1})^n``. So, for any gauge:
+
+    - ``w = 1``: ``φ(1)/2`` (``c e^β/(2β)`` for exp, ``c/2`` for linear), attained exactly on the
+      orbits ``{Q(ξ_i)ᵀ v}`` (§2.1, :func:`orbit_configuration`);
+    - ``w ≥ 0`` (D1): ``φ(1)·mean(W)/2`` (:func:`dirac_energy`), attained at a Dirac in the gauge
+      frame, since ``φ`` is non-decreasing and ``⟨u_i,u_j⟩ ≤ 1``;
+    - linear profile, sign-changing ``W`` (D2): ``c λ_max(W)/(2n)`` (:func:`spectral_bound`), from
+      ``tr(WG) ≤ λ_max tr(G) = λ_max n`` for the Gram matrix ``G`` of ``u``; attained when the top
+      eigenspace (dimension ``k ≤ d``) carries an equal-norm tight frame: its projector has constant
+      diagonal ``k/n`` (full-period Toeplitz cosine: the uniform great circle, :func:`great_circle`);
+    - otherwise ``None`` (e.g. D3: exponential profile with a sign-changing factor, whose maximiser
+      changes with β; :func:`circle_energy`, :func:`antipodal_energy`, :func:`d3_crossing`).
+
+Maximiser sets (§2.1)
+    :func:`orbit_configuration` (``Q(ξ_i)ᵀ v`` for any gauge), :func:`latitude_circle` (the RoPE
+    prediction in d = 3) and :func:`prompt_clusters` (the K-cluster prediction of a prompt gauge).
+
+Spectral criterion (§2.2)
+    :func:`spectral_criterion`: the leading eigenpairs of ``W``; a positive vector in the leading
+    eigenspace (Perron–Frobenius for ``W ≥ 0``) predicts a Dirac, a sign-changing leading eigenspace
+    predicts a spread state.
+
+Certificates
+    :func:`certify` checks a claimed maximiser instead of trusting it: energy, energy gap, the norm
+    of the Riemannian gradient ``P_x ∇E`` and the spectrum of the Riemannian Hessian on
+    ``⊕_i T_{x_i}S^{d−1}`` (autodiff). A maximiser has gradient 0 and Hessian ``≤ 0``, with zero
+    modes from the global symmetry (rotations of the gauge frame), so its top eigenvalue is ``≈ 0``,
+    not ``< 0``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
+import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.optimize
+import scipy.special
 
-from attnflow.factors import NoFactor, ToeplitzCos
-from attnflow.gauges import IdentityGauge
-from attnflow.kernels import Kernel
+from attnflow.factors import DistanceBias, Factor, NoFactor, ToeplitzCos
+from attnflow.gauges import Gauge
+from attnflow.kernels import Kernel, energy
+from attnflow.sphere import project
+
+EIG_RTOL = 1e-9  # eigenvalues within this relative distance of λ_max form the leading eigenspace
+FRAME_TOL = 1e-9  # tolerance on the projector diagonal for the equal-norm tight frame test (D2)
+D3_BRACKET = (1.0, 5.0)  # I_1(β) − (4/π²) sinh β changes sign once in here (+ at 1, − at 5)
+
+
+# --------------------------------------------------------------------------- energy bounds
+
+
+def _phi_one(kernel: Kernel) -> float:
+    return float(kernel.profile.phi(jnp.asarray(1.0)))
+
+
+def factor_mean(factor: Factor) -> float:
+    """``mean(W) = (1/n²) Σ_ij w_ij`` without forming ``W`` for the analytic factors.
+
+    - ``NoFactor``: 1.
+    - ``ToeplitzCos``: ``|(1/n) Σ_j e^{iωξ_j}|²`` (``W = Re(z z^*)``, ``z_j = e^{iωξ_j}``), O(n).
+    - ``DistanceBias``: with sorted labels, ``S_j = Σ_{i<j} e^{−m(ξ_j−ξ_i)}`` obeys
+      ``S_j = e^{−m(ξ_j−ξ_{j−1})}(S_{j−1} + 1)``, so ``Σ w = n + 2 Σ_j S_j`` in O(n log n) with no
+      overflow (a ``lax.scan``).
+    - ``MatrixFactor``: the mean of the given matrix.
+    """
+    if isinstance(factor, NoFactor):
+        return 1.0
+    if isinstance(factor, ToeplitzCos):
+        z = jnp.exp(1j * factor.omega * factor.xi)
+        return float(jnp.abs(jnp.mean(z)) ** 2)
+    if isinstance(factor, DistanceBias):
+        decay = jnp.exp(-factor.slope * jnp.diff(jnp.sort(factor.xi)))
+
+        def step(s, a):
+            s = a * (s + 1.0)
+            return s, s
+
+        _, partial_sums = jax.lax.scan(step, jnp.zeros((), decay.dtype), decay)
+        n = factor.n
+        return float((n + 2.0 * jnp.sum(partial_sums)) / n**2)
+    return float(jnp.mean(factor.matrix()))
+
+
+def dirac_energy(kernel: Kernel) -> float:
+    """Energy of a Dirac in the gauge frame (``u_i = v`` for all i): ``φ(1)·mean(W)/2``.
+
+    This is the D1 bound for a non-negative factor; for ``w = 1`` it is ``c e^β/(2β)`` (exp) or
+    ``c/2`` (linear), the energy of every orbit configuration.
+    """
+    return _phi_one(kernel) * factor_mean(kernel.factor) / 2.0
+
+
+def spectral_bound(w, *, c: float = 1.0) -> float:
+    """``c λ_max(W)/(2n)``: an upper bound of ``E`` for the linear profile and any symmetric ``W``.
+
+    ``E = (c/(2n²)) tr(WG)`` with ``G`` a Gram matrix of unit vectors (PSD, ``tr G = n``), and
+    ``tr(WG) ≤ λ_max(W) tr(G)``.
+    """
+    w = np.asarray(w.matrix() if hasattr(w, "matrix") else w, dtype=np.float64)
+    return float(c) * float(np.linalg.eigvalsh(w)[-1]) / (2.0 * w.shape[0])
+
+
+def leading_eigenspace(w, *, rtol: float = EIG_RTOL) -> tuple[np.ndarray, np.ndarray]:
+    """Eigenvalues of ``W`` (descending) and an orthonormal basis ``(n, k)`` of the eigenspace of
+    those within ``rtol·|λ_max|`` of ``λ_max``.
+
+    ``w`` is an array or a factor; a ``ToeplitzCos`` factor is handled in O(n) through its rank-2
+    form ``W = F Fᵀ``, ``F = [cos ωξ, sin ωξ]`` (eigenpairs of ``FᵀF``; the other ``n − 2``
+    eigenvalues are 0).
+    """
+    if isinstance(w, ToeplitzCos):
+        f = np.stack([np.cos(w.omega * w.xi), np.sin(w.omega * w.xi)], axis=1).astype(np.float64)
+        small, rot = np.linalg.eigh(f.T @ f)
+        values = np.concatenate([small[::-1], np.zeros(f.shape[0] - 2)])
+        vectors = (f @ rot[:, ::-1]) / np.sqrt(np.maximum(small[::-1], np.finfo(float).tiny))
+    else:
+        w = np.asarray(w.matrix() if hasattr(w, "matrix") else w, dtype=np.float64)
+        values, vectors = np.linalg.eigh(w)
+        values, vectors = values[::-1], vectors[:, ::-1]
+    scale = max(abs(values[0]), np.finfo(float).tiny)
+    k = int(np.sum(values[: vectors.shape[1]] >= values[0] - rtol * scale))
+    return values, vectors[:, :k]
 
 
 def energy_max(kernel: Kernel) -> float | None:
     """Maximal energy for the kernel's labels where SPEC §2 gives it in closed form, else ``None``."""
-    phi_one = float(kernel.profile.phi(jnp.asarray(1.0)))
     factor = kernel.factor
-    if isinstance(factor, NoFactor):
-        return phi_one / 2.0
-    if factor.nonnegative:
-        return phi_one * float(jnp.mean(factor.matrix())) / 2.0
-    linear_cosine = kernel.profile.kind == "linear" and isinstance(factor, ToeplitzCos)
-    if linear_cosine and isinstance(kernel.gauge, IdentityGauge):
-        # tr(WG) <= λ_max(W) tr(G) = λ_max n for any Gram G; the great circle x_i = (cos ωξ_i,
-        # sin ωξ_i) has G = W, which attains it when the two eigenvalues of W are equal.
-        top = np.linalg.eigvalsh(np.asarray(factor.matrix()))[-2:]
-        if abs(top[1] - top[0]) <= 1e-9 * abs(top[1]):
-            return float(kernel.profile.c) * float(top[1]) / (2.0 * factor.n)
-    return None
+    if factor.nonnegative:  # w = 1 included
+        return dirac_energy(kernel)
+    if kernel.profile.kind != "linear":
+        return None
+    values, basis = leading_eigenspace(factor)
+    n, k = basis.shape
+    # Attained iff unit u_i with Gram G = (n/k) P exist, P = basis basisᵀ the projector: rank k <= d
+    # and constant diagonal k/n (then u_i = sqrt(n/k) basis_i in R^k ⊂ R^d and tr(WG) = λ_max n).
+    frame_defect = float(np.max(np.abs(np.sum(basis**2, axis=1) - k / n)))
+    if values[0] <= 0 or k > kernel.gauge.d or frame_defect > FRAME_TOL:
+        return None
+    return float(kernel.profile.c) * float(values[0]) / (2.0 * n)
+
+
+# --------------------------------------------------------------------------- maximiser sets (§2.1)
+
+
+def orbit_configuration(gauge: Gauge, v) -> jax.Array:
+    """The maximiser ``x_i = Q(ξ_i)ᵀ v`` of a gauge kernel with ``w = 1`` (``v`` is normalised)."""
+    v = jnp.asarray(v, dtype=jnp.float64)
+    if v.shape != (gauge.d,) or not bool(jnp.linalg.norm(v) > 0):
+        raise ValueError(
+            f"orbit_configuration: `v` must be a non-zero vector of length d = {gauge.d}; got {v}."
+        )
+    v = v / jnp.linalg.norm(v)
+    return gauge.apply_transpose(jnp.broadcast_to(v, (gauge.n, gauge.d)))
+
+
+@dataclasses.dataclass(frozen=True)
+class LatitudeCircle:
+    """The §2.1 prediction for standard RoPE in d = 3, ``ξ_i = i``, ``full_period``.
+
+    The orbit ``R(ξ_i)ᵀ v`` is ``n`` equally spaced points on the circle at height ``v_3``.
+    """
+
+    height: float  # v_3
+    radius: float  # sqrt(1 − v_3²)
+    mean: np.ndarray  # (0, 0, v_3)
+    mean_cosine: float  # (n v_3² − 1)/(n − 1)
+    resultant_deficit: float  # 1 − |v_3|
+    azimuth_uniformity: float  # 0 (equally spaced azimuths)
+
+
+def latitude_circle(v, n: int) -> LatitudeCircle:
+    """Predicted diagnostics of the RoPE maximiser through ``v`` (d = 3, full period, ``n`` tokens)."""
+    v = np.asarray(v, dtype=np.float64)
+    if v.shape != (3,) or not np.linalg.norm(v) > 0:
+        raise ValueError(f"latitude_circle: `v` must be a non-zero 3-vector; got {v!r}.")
+    if n < 2:
+        raise ValueError(f"latitude_circle: `n` must be >= 2; got {n!r}.")
+    h = float(v[2] / np.linalg.norm(v))
+    return LatitudeCircle(
+        height=h,
+        radius=float(np.sqrt(1.0 - h * h)),
+        mean=np.array([0.0, 0.0, h]),
+        mean_cosine=(n * h * h - 1.0) / (n - 1.0),
+        resultant_deficit=1.0 - abs(h),
+        azimuth_uniformity=0.0,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterPrediction:
+    """The §2.1 prediction for a prompt gauge: clusters ``Q_kᵀ v`` with masses ``ρ(k)``."""
+
+    centres: np.ndarray  # (K, d)
+    masses: np.ndarray  # (K,)
+    n_eff: float  # 1 / Σ_k ρ(k)² (distinct centres)
+    marginal_spread: float  # 1 − |Σ_k ρ(k) Q_kᵀ v|
+
+
+def prompt_clusters(q_prompts, v, masses=None) -> ClusterPrediction:
+    """Predicted clusters of the prompt gauge ``q_prompts (K, d, d)`` on the orbit through ``v``.
+
+    ``masses`` defaults to equal masses ``1/K``. ``n_eff`` assumes the ``K`` centres are distinct
+    (true for Haar-random ``Q_k`` with probability 1).
+    """
+    q_prompts = np.asarray(q_prompts, dtype=np.float64)
+    kk, d = q_prompts.shape[0], q_prompts.shape[-1]
+    v = np.asarray(v, dtype=np.float64)
+    if v.shape != (d,) or not np.linalg.norm(v) > 0:
+        raise ValueError(f"prompt_clusters: `v` must be a non-zero vector of length d = {d}; got {v!r}.")
+    p = np.full(kk, 1.0 / kk) if masses is None else np.asarray(masses, dtype=np.float64)
+    if p.shape != (kk,) or np.any(p < 0) or not np.isclose(p.sum(), 1.0, rtol=0, atol=1e-12):
+        raise ValueError(
+            f"prompt_clusters: `masses` must be {kk} non-negative numbers summing to 1; got {p!r}."
+        )
+    centres = np.einsum("kji,j->ki", q_prompts, v / np.linalg.norm(v))
+    return ClusterPrediction(
+        centres=centres,
+        masses=p,
+        n_eff=float(1.0 / np.sum(p * p)),
+        marginal_spread=float(1.0 - np.linalg.norm(p @ centres)),
+    )
+
+
+# --------------------------------------------------------------------------- D2 and D3 (§2.2)
+
+
+def great_circle(xi, omega: float, d: int = 3) -> np.ndarray:
+    """The uniform great circle ``x_i = (cos ωξ_i, sin ωξ_i, 0, …)`` in ``R^d`` (D2 maximiser)."""
+    xi = np.asarray(xi, dtype=np.float64).reshape(-1)
+    if d < 2:
+        raise ValueError(f"great_circle: `d` must be >= 2; got {d!r}.")
+    x = np.zeros((xi.size, d))
+    x[:, 0], x[:, 1] = np.cos(omega * xi), np.sin(omega * xi)
+    return x
+
+
+def circle_energy(beta, *, c: float = 1.0):
+    """``E(uniform great circle) = c I_1(β)/(2β)`` for ``w = cos 2π(ξ−ζ)``, exp profile (continuum).
+
+    With ``x(ξ) = (cos 2πξ, sin 2πξ)``, ``⟨x,y⟩ = w``, so ``E = (c/2β) ∫ cos θ e^{β cos θ} dθ/2π``.
+    """
+    beta = np.asarray(beta, dtype=np.float64)
+    return c * scipy.special.iv(1, beta) / (2.0 * beta)
+
+
+def antipodal_energy(beta, *, c: float = 1.0):
+    """``E(antipodal pair) = c (4/π²) sinh(β)/(2β)`` for ``w = cos 2π(ξ−ζ)``, exp profile (continuum).
+
+    ``x(ξ) = ±e`` on the two half-periods centred at ``0`` and ``1/2``: ``E = (c/2β)·2A sinh β``
+    with ``A = ∬_{same half} w = 2/π²`` (``∫_{−1/4}^{1/4} cos 2πξ dξ = 1/π``).
+    """
+    beta = np.asarray(beta, dtype=np.float64)
+    return c * (4.0 / np.pi**2) * np.sinh(beta) / (2.0 * beta)
+
+
+def d3_crossing(*, xtol: float = 1e-14) -> float:
+    """The β* where :func:`circle_energy` = :func:`antipodal_energy`: ``I_1(β) = (4/π²) sinh β``
+    (≈ 2.7455; independent of ``c``). Below β* the circle has the higher energy."""
+    gap = lambda b: scipy.special.iv(1, b) - (4.0 / np.pi**2) * np.sinh(b)  # noqa: E731
+    return float(scipy.optimize.brentq(gap, *D3_BRACKET, xtol=xtol))
+
+
+@dataclasses.dataclass(frozen=True)
+class SpectralCriterion:
+    """Leading eigenpairs of ``W`` and the D1/D2 prediction (SPEC §2.2)."""
+
+    eigenvalues: np.ndarray  # the top min(n, 4) eigenvalues, descending
+    multiplicity: int  # dimension of the leading eigenspace
+    leading_vectors: np.ndarray  # (n, multiplicity) orthonormal basis of it
+    positive: bool  # the leading eigenspace holds a vector with all entries > 0
+    prediction: str  # "dirac" if positive else "spread"
+
+
+def spectral_criterion(w, *, rtol: float = EIG_RTOL) -> SpectralCriterion:
+    """Perron–Frobenius test on the leading eigenspace of a symmetric ``W`` (array or factor).
+
+    ``positive`` asks whether some ``v`` in the leading eigenspace has ``v_i > 0`` for all i (for a
+    simple eigenvalue: the eigenvector has one strict sign; otherwise a small linear program
+    ``max t  s.t. V a ≥ t, |a|_∞ ≤ 1``). ``W ≥ 0`` with ``{w > 0}`` connected always gives a
+    positive Perron vector ("dirac", D1); the full-period Toeplitz cosine has the leading plane
+    spanned by ``cos, sin`` and no positive vector in it ("spread", D2).
+    """
+    if not hasattr(w, "matrix"):
+        w = np.asarray(w, dtype=np.float64)
+        if w.ndim != 2 or w.shape[0] != w.shape[1] or not np.all(np.isfinite(w)):
+            raise ValueError(f"spectral_criterion: `w` must be a finite square matrix; got shape {w.shape}.")
+        asym = float(np.max(np.abs(w - w.T)))
+        if asym > 1e-12 * max(1.0, float(np.max(np.abs(w)))):
+            raise ValueError(
+                f"spectral_criterion: `w` must be symmetric (|W − Wᵀ| <= 1e-12); got {asym:.3g}."
+            )
+    values, basis = leading_eigenspace(w, rtol=rtol)
+    n, k = basis.shape
+    if k == 1:
+        v = basis[:, 0] * np.sign(basis[np.argmax(np.abs(basis[:, 0])), 0])
+        positive = bool(np.all(v > 1e-12 * np.max(np.abs(v))))
+    else:  # variables (a_1..a_k, t): maximise t subject to t − (V a)_i <= 0, −1 <= a <= 1
+        cost = np.zeros(k + 1)
+        cost[-1] = -1.0
+        lp = scipy.optimize.linprog(
+            cost,
+            A_ub=np.hstack([-basis, np.ones((n, 1))]),
+            b_ub=np.zeros(n),
+            bounds=[(-1.0, 1.0)] * k + [(None, 1.0)],
+        )
+        positive = bool(lp.status == 0 and -lp.fun > 1e-9)
+    return SpectralCriterion(
+        eigenvalues=values[: min(n, 4)],
+        multiplicity=k,
+        leading_vectors=basis,
+        positive=positive,
+        prediction="dirac" if positive else "spread",
+    )
+
+
+# --------------------------------------------------------------------------- certificates
+
+
+@dataclasses.dataclass(frozen=True)
+class Certificate:
+    """What a configuration's energy landscape looks like at that point (SPEC §2 check)."""
+
+    energy: float
+    energy_max: float | None
+    energy_gap: float | None  # (E_max − E)/E_max
+    gradient_norm: float  # ‖P_x ∇E‖ over all particles (Frobenius)
+    hessian_top: float  # largest eigenvalue of the Riemannian Hessian on ⊕ T_{x_i}S
+    hessian_eigenvalues: np.ndarray  # all of them, ascending (n(d−1),)
+
+    def is_maximiser(self, *, gradient_tol: float = 1e-10, hessian_tol: float = 1e-8) -> bool:
+        """Critical (gradient ≤ ``gradient_tol``) with no ascent direction (Hessian ≤ ``hessian_tol``)."""
+        return self.gradient_norm <= gradient_tol and self.hessian_top <= hessian_tol
+
+
+def tangent_bases(x: jax.Array) -> jax.Array:
+    """Orthonormal bases ``(n, d, d−1)`` of the tangent spaces ``T_{x_i}S^{d−1}`` (complete QR)."""
+    q, _ = jnp.linalg.qr(x[:, :, None], mode="complete")
+    return q[:, :, 1:]
+
+
+def _landscape(kernel: Kernel, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``E(x)``, the Riemannian gradient ``(n, d)`` and the Riemannian Hessian ``(n(d−1), n(d−1))``.
+
+    For the embedded product of spheres, ``Hess E[ξ, ξ] = ξᵀ ∇²E ξ − Σ_i ⟨x_i, ∇_i E⟩ |ξ_i|²`` for
+    tangent ``ξ`` (the second term is the curvature of each sphere). With ``B = blockdiag(B_i)``,
+    ``B_i`` an orthonormal basis of ``T_{x_i}S`` (:func:`tangent_bases`), the matrix is
+    ``Bᵀ ∇²E B − diag(⟨x_i, ∇_i E⟩) ⊗ I_{d−1}``. The Euclidean Hessian is dense (``(nd)²`` entries).
+    """
+    n, d = x.shape
+    fn = lambda flat: energy(kernel, flat.reshape(n, d))  # noqa: E731
+    e, grad = jax.value_and_grad(fn)(x.reshape(-1))
+    grad = grad.reshape(n, d)
+    hess = jax.hessian(fn)(x.reshape(-1)).reshape(n, d, n, d)
+    bases = tangent_bases(x)
+    block = jnp.einsum("iak,iajb,jbl->ikjl", bases, hess, bases).reshape(n * (d - 1), n * (d - 1))
+    radial = jnp.repeat(jnp.sum(x * grad, axis=1), d - 1)
+    return e, project(x, grad), block - jnp.diag(radial)
+
+
+_landscape_jit = jax.jit(_landscape)
+
+
+@jax.jit
+def riemannian_gradient(kernel: Kernel, x: jax.Array) -> jax.Array:
+    """``P_{x_i} ∇_{x_i} E`` for every particle, ``(n, d)`` (``∇E`` by ``jax.grad``)."""
+    return project(x, jax.grad(lambda y: energy(kernel, y))(x))
+
+
+def riemannian_hessian(kernel: Kernel, x) -> jax.Array:
+    """The Riemannian Hessian of ``E`` on ``(S^{d−1})^n`` at ``x`` in per-particle tangent bases
+    (:func:`tangent_bases`), a symmetric ``(n(d−1), n(d−1))`` matrix. Small ``n`` only."""
+    return _landscape_jit(kernel, jnp.asarray(x, dtype=jnp.float64))[2]
+
+
+def certify(kernel: Kernel, x) -> Certificate:
+    """Energy, gap to :func:`energy_max`, Riemannian gradient norm and Hessian spectrum at ``x``."""
+    x = jnp.asarray(x, dtype=jnp.float64)
+    if x.ndim != 2 or x.shape != (kernel.n, kernel.gauge.d):
+        raise ValueError(
+            f"certify: `x` must have shape (n, d) = ({kernel.n}, {kernel.gauge.d}); got {tuple(x.shape)}."
+        )
+    e, gradient, hessian = _landscape_jit(kernel, x)
+    e = float(e)
+    e_max = energy_max(kernel)
+    hessian = np.asarray(hessian)
+    eigenvalues = np.linalg.eigvalsh((hessian + hessian.T) / 2.0)
+    return Certificate(
+        energy=e,
+        energy_max=e_max,
+        energy_gap=None if e_max is None else (e_max - e) / e_max,
+        gradient_norm=float(jnp.linalg.norm(gradient)),
+        hessian_top=float(eigenvalues[-1]),
+        hessian_eigenvalues=eigenvalues,
+    )
+
+
+__all__ = [
+    "Certificate",
+    "ClusterPrediction",
+    "LatitudeCircle",
+    "SpectralCriterion",
+    "antipodal_energy",
+    "certify",
+    "circle_energy",
+    "d3_crossing",
+    "dirac_energy",
+    "energy_max",
+    "factor_mean",
+    "leading_eigenspace",
+    "great_circle",
+    "latitude_circle",
+    "orbit_configuration",
+    "prompt_clusters",
+    "riemannian_gradient",
+    "riemannian_hessian",
+    "spectral_bound",
+    "spectral_criterion",
+    "tangent_bases",
+]

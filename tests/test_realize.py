@@ -1,0 +1,191 @@
+"""Tests of attnflow.realize: angle laws, gauge constructions, and the realisation bounds of SPEC E7/E8."""
+
+import jax
+import numpy as np
+import pytest
+import scipy.stats
+from scipy.integrate import quad
+
+from attnflow import metrics, realize
+
+TWO_PI = 2 * np.pi
+E7_LAW = realize.VonMisesMixture(weights=(0.6, 0.4), kappas=(4.0, 10.0), mus=(1.0, 4.0))
+
+
+# --------------------------------------------------------------------------- angle laws
+
+
+def test_von_mises_mixture_cdf_against_quadrature():
+    theta = np.linspace(0.0, TWO_PI, 17)
+    reference = [quad(lambda t: float(E7_LAW.pdf(t)), 0.0, a, epsabs=1e-13, limit=200)[0] for a in theta]
+    # The Fourier-series CDF is exact to round-off; quad's own error is ~1e-14 here.
+    np.testing.assert_allclose(E7_LAW.cdf(theta), reference, atol=1e-10)
+    assert E7_LAW.cdf(0.0) == 0.0 and E7_LAW.cdf(TWO_PI) == pytest.approx(1.0, abs=1e-15)
+
+
+def test_von_mises_single_component_against_scipy():
+    law = realize.VonMisesMixture(weights=(1.0,), kappas=(2.5,), mus=(5.0,))
+    theta = np.linspace(0.0, TWO_PI, 9)
+    # scipy's vonmises CDF G unwraps by whole turns, so ν([0, θ]) = G(θ − μ) − G(−μ).
+    reference = scipy.stats.vonmises.cdf(theta - 5.0, 2.5) - scipy.stats.vonmises.cdf(-5.0, 2.5)
+    np.testing.assert_allclose(law.cdf(theta), reference, atol=1e-10)
+    np.testing.assert_allclose(law.pdf(theta), scipy.stats.vonmises.pdf(theta, 2.5, loc=5.0), rtol=1e-12)
+    # κ = 0 is the uniform law.
+    uniform = realize.VonMisesMixture(weights=(1.0,), kappas=(0.0,), mus=(0.0,))
+    np.testing.assert_allclose(uniform.cdf(theta), theta / TWO_PI, atol=1e-15)
+
+
+def test_von_mises_mixture_ppf_inverts_the_cdf():
+    u = np.linspace(0.0, 1.0, 20001)
+    alpha = E7_LAW.ppf(u)
+    assert np.all(np.diff(alpha) >= 0)  # monotone
+    assert alpha[0] == pytest.approx(0.0, abs=1e-12) and alpha[-1] == pytest.approx(TWO_PI, abs=1e-12)
+    np.testing.assert_allclose(E7_LAW.cdf(alpha), u, atol=1e-10)
+
+
+def test_von_mises_mixture_sampling():
+    a = E7_LAW.sample(0, 20000)
+    np.testing.assert_array_equal(a, E7_LAW.sample(0, 20000))  # seeded
+    np.testing.assert_array_equal(a, E7_LAW.sample(np.random.default_rng(0), 20000))
+    assert E7_LAW.sample(jax.random.key(3), 10).shape == (10,)
+    assert np.all((a >= 0) & (a < TWO_PI))
+    # KS of 20000 iid samples: ≈ 0.006 typically; 0.015 is far in the tail (p < 1e-3).
+    assert metrics.circular_ks(a, E7_LAW.cdf) < 0.015
+
+
+def test_von_mises_mixture_validation():
+    with pytest.raises(ValueError, match="`weights` must be >= 0 and sum to 1"):
+        realize.VonMisesMixture(weights=(0.5, 0.4), kappas=(1.0, 1.0), mus=(0.0, 1.0))
+    with pytest.raises(ValueError, match="one length"):
+        realize.VonMisesMixture(weights=(1.0,), kappas=(1.0, 2.0), mus=(0.0,))
+
+
+def test_empirical_law_quantiles_are_the_samples():
+    samples = E7_LAW.sample(5, 50)
+    law = realize.EmpiricalAngleLaw(samples)
+    mids = (np.arange(50) + 0.5) / 50
+    np.testing.assert_allclose(law.ppf(mids), np.sort(samples), atol=0)
+    np.testing.assert_allclose(law.cdf(np.sort(samples)), mids, atol=1e-15)
+    assert law.cdf(0.0) == 0.0 and law.cdf(TWO_PI) == 1.0
+    # Negative and > 2π samples are reduced mod 2π.
+    np.testing.assert_allclose(
+        realize.EmpiricalAngleLaw(samples - TWO_PI).samples, np.sort(samples), atol=1e-14
+    )
+
+
+def test_quantile_law_cdf_by_bisection():
+    law = realize.as_angle_law(lambda u: TWO_PI * u**2)
+    theta = np.linspace(0, TWO_PI, 7)
+    np.testing.assert_allclose(law.cdf(theta), np.sqrt(theta / TWO_PI), atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [16, 256])
+def test_orbit_angles_are_within_half_a_cell_of_the_law(n):
+    alpha = realize.orbit_angles(E7_LAW, n)
+    # SPEC §3.1: the midpoint quantiles are at KS distance exactly 1/(2n).
+    assert metrics.circular_ks(alpha, E7_LAW.cdf) == pytest.approx(1 / (2 * n), abs=1e-12)
+
+
+def test_orbit_gauge_puts_the_orbit_at_the_target_azimuths():
+    alpha = np.array([0.1, 2.0, 4.5, 6.0])
+    gauge = realize.orbit_gauge(alpha)
+    v = np.array([np.cos(0.7), np.sin(0.7), 0.0]) * 0.8 + np.array([0.0, 0.0, 0.6])
+    x = np.asarray(gauge.apply_transpose(np.tile(v, (4, 1))))
+    # Q_iᵀ v sits at azimuth az(v) + α_i, at the same height.
+    np.testing.assert_allclose(np.mod(np.arctan2(x[:, 1], x[:, 0]) - 0.7, TWO_PI), alpha, atol=1e-14)
+    np.testing.assert_allclose(x[:, 2], 0.6, atol=1e-15)
+
+
+# --------------------------------------------------------------------------- gauges with Q g = v0
+
+
+@pytest.mark.parametrize("builder, det", [(realize.householder_gauges, -1.0), (realize.rotation_gauges, 1.0)])
+@pytest.mark.parametrize("d", [2, 3, 5])
+def test_gauges_map_targets_to_v0(builder, det, d):
+    rng = np.random.default_rng(d)
+    g = rng.normal(size=(40, d))
+    g /= np.linalg.norm(g, axis=1, keepdims=True)
+    v0 = np.eye(d)[-1]
+    q = builder(g, v0)
+    np.testing.assert_allclose(np.einsum("nij,nj->ni", q, g), np.tile(v0, (40, 1)), atol=1e-14)
+    np.testing.assert_allclose(
+        np.einsum("nki,nkj->nij", q, q), np.broadcast_to(np.eye(d), q.shape), atol=1e-14
+    )
+    np.testing.assert_allclose(np.linalg.det(q), det, atol=1e-12)
+
+
+def test_gauges_at_v0_and_at_minus_v0():
+    v0 = np.array([0.0, 0.0, 1.0])
+    near = np.array([1e-9, 0.0, -1.0])
+    targets = np.stack([v0, -v0, near / np.linalg.norm(near)])
+    house = realize.householder_gauges(targets, v0)
+    rot = realize.rotation_gauges(targets, v0)
+    np.testing.assert_allclose(house[0], np.eye(3), atol=0)  # g = v0: w = 0, Q = I
+    np.testing.assert_allclose(rot[0], np.eye(3), atol=0)
+    for q in (house, rot):  # g = −v0 (half-turn for the rotation) and 1e-9 away from it
+        np.testing.assert_allclose(np.einsum("nij,nj->ni", q, targets), np.tile(v0, (3, 1)), atol=1e-7)
+        np.testing.assert_allclose(q[1] @ q[1].T, np.eye(3), atol=1e-15)
+        np.testing.assert_allclose(q[2] @ q[2].T, np.eye(3), atol=1e-7)  # ~1e-16/|g + v0|
+    assert np.linalg.det(rot[1]) == pytest.approx(1.0)
+
+
+# --------------------------------------------------------------------------- realisations (SPEC E7, E8)
+
+
+def test_e7_orbit_realisation_reaches_the_ks_bound():
+    n = 256
+    result = realize.realize_orbit(E7_LAW, n=n, beta=1.0, t_end=40.0, dt=0.01, seed=0)
+    assert result.bound == 1 / (2 * n)
+    # SPEC E7: KS of the relative angles ≤ 1/(2n) + 1e-6 and orbit residual ≤ 1e-6 at τ = 40.
+    assert result.distance <= 1 / (2 * n) + 1e-6
+    assert result.orbit_residual <= 1e-6
+    assert result.relative_angles.shape == (n,) and result.wasserstein is None
+    assert result.trajectory.status == "ok" and result.trajectory.ts[-1] == pytest.approx(40.0)
+    # The relative angles are the orbit angles α_i (the construction), to the residual.
+    alpha = realize.orbit_angles(E7_LAW, n)
+    assert np.max(np.abs(np.angle(np.exp(1j * (result.relative_angles - alpha))))) < 1e-6
+
+
+def test_orbit_realisation_from_samples():
+    samples = E7_LAW.sample(11, 64)
+    result = realize.realize_orbit(samples, n=64, t_end=30.0, seed=2)
+    # n = number of samples: the realised relative angles are the samples themselves.
+    np.testing.assert_allclose(np.sort(result.relative_angles), np.sort(samples), atol=1e-8)
+    assert result.distance <= result.bound + 1e-6
+
+
+@pytest.mark.parametrize("gauge", ["householder", "rotation"])
+def test_e8_gauge_realisation_bound(gauge):
+    targets = realize.spherical_mixture_samples(0, 256)
+    v0 = np.array([0.0, 0.0, 1.0])
+    result = realize.realize_sphere(targets, v0=v0, gauge=gauge, sigma=0.2, t_end=40.0, seed=0)
+    # SPEC E8: max_i |x_i − g(ξ_i)| ≤ 2|u* − v0| (x_i − g_i = Q_iᵀ(u* − v0) + residual).
+    assert result.distance <= result.bound
+    assert result.bound == pytest.approx(2 * np.linalg.norm(result.u_star - v0), rel=1e-12)
+    assert result.orbit_residual <= 1e-6
+    assert result.distance == pytest.approx(np.linalg.norm(result.u_star - v0), abs=1e-6)
+    # W1 (geodesic cost) ≤ the identity matching's mean angle ≤ the max angle 2 arcsin(chord/2).
+    assert result.wasserstein <= 2 * np.arcsin(result.distance / 2) + 1e-12
+    assert float(np.linalg.norm(result.u_star - v0)) < 0.05  # u* stays near v0 from the cap
+
+
+def test_spherical_mixture_samples():
+    y = realize.spherical_mixture_samples(0, 3000)
+    np.testing.assert_allclose(np.linalg.norm(y, axis=1), 1.0, atol=1e-15)
+    np.testing.assert_array_equal(y, realize.spherical_mixture_samples(0, 3000))
+    # Three blobs: clusters at θ_c = 0.5 rad give three big components with masses ≈ 0.5, 0.3, 0.2.
+    means = np.array([[0.6, 0.0, 0.8], [-0.5, 0.7, -0.1], [-0.3, -0.8, -0.5]])
+    means /= np.linalg.norm(means, axis=1, keepdims=True)
+    nearest = np.argmax(y @ means.T, axis=1)
+    np.testing.assert_allclose(np.bincount(nearest) / 3000, [0.5, 0.3, 0.2], atol=0.03)
+
+
+def test_realize_errors_name_the_parameter():
+    with pytest.raises(ValueError, match="`targets` must hold unit vectors"):
+        realize.realize_sphere(2 * realize.spherical_mixture_samples(0, 8))
+    with pytest.raises(ValueError, match="`gauge` must be one of .* Did you mean 'rotation'"):
+        realize.realize_sphere(realize.spherical_mixture_samples(0, 8), gauge="rotaton")
+    with pytest.raises(ValueError, match="`n` must be an integer >= 2"):
+        realize.realize_orbit(E7_LAW, n=1)
+    with pytest.raises(ValueError, match="1-d angle samples"):
+        realize.realize_orbit(np.zeros((4, 2)))
