@@ -183,7 +183,7 @@ def orbit_construction(ppf_or_law, *, n: int = 256, beta: float = 1.0, seed: int
     if not np.all(np.isfinite(alpha)):
         raise ValueError("realize_orbit: `ppf_or_law` must give finite quantiles on (0, 1); got non-finite.")
     kernel = Kernel(gauge=orbit_gauge(alpha, 3), factor=NoFactor(n=n), profile=make_profile("exp", beta=beta))
-    x0 = sphere.sample_uniform(jax.random.key(seed), n, 3)
+    x0 = sphere.sample_uniform(seed, n, 3)
     return Construction(kind="orbit", kernel=kernel, x0=x0, xi=_midpoints(n), law=law)
 
 
@@ -211,7 +211,7 @@ def sphere_construction(
     v0 = v0 / np.linalg.norm(v0)
     dense = DenseGauge(q=jnp.asarray(q))
     kernel = Kernel(gauge=dense, factor=NoFactor(n=n), profile=make_profile("exp", beta=beta))
-    u0 = sphere.sample_cap(jax.random.key(seed), n, jnp.asarray(v0), sigma=sigma)
+    u0 = sphere.sample_cap(seed, n, jnp.asarray(v0), sigma=sigma)
     x0 = dense.apply_transpose(u0)
     return Construction(kind="sphere", kernel=kernel, x0=x0, xi=_midpoints(n), targets=y, v0=v0)
 

@@ -67,16 +67,33 @@ def geodesic_distance(x: jax.Array, y: jax.Array) -> jax.Array:
     return jnp.arctan2(cross, jnp.clip(jnp.sum(x * y, axis=-1), -1.0, 1.0))
 
 
-def sample_uniform(key: jax.Array, n: int, d: int, *, dtype=jnp.float64) -> jax.Array:
-    """``n`` iid uniform points on ``S^{d−1}`` (normalised standard Gaussians)."""
-    return normalize(jax.random.normal(key, (n, d), dtype=dtype))
+def _gaussian(key, shape: tuple[int, ...], dtype) -> jax.Array:
+    """Standard Gaussians from a JAX key, or from an integer seed through NumPy's PCG64.
+
+    An integer seed is the config convention (``init.seed``): ``np.random.default_rng(seed)``
+    draws the same initial data as a plain NumPy implementation of the model, whatever JAX's PRNG
+    settings, so results can be compared seed by seed with reference codes.
+    """
+    if isinstance(key, int | np.integer):
+        return jnp.asarray(np.random.default_rng(int(key)).standard_normal(shape), dtype=dtype)
+    return jax.random.normal(key, shape, dtype=dtype)
 
 
-def sample_cap(key: jax.Array, n: int, center: jax.Array, *, sigma: float, dtype=jnp.float64) -> jax.Array:
-    """``n`` points ``normalize(c + sigma·g)``, ``g`` standard Gaussian, ``c`` the unit center."""
+def sample_uniform(key, n: int, d: int, *, dtype=jnp.float64) -> jax.Array:
+    """``n`` iid uniform points on ``S^{d−1}`` (normalised standard Gaussians).
+
+    ``key`` is a JAX key or an integer seed (NumPy's ``default_rng(seed).standard_normal((n, d))``).
+    """
+    return normalize(_gaussian(key, (n, d), dtype))
+
+
+def sample_cap(key, n: int, center: jax.Array, *, sigma: float, dtype=jnp.float64) -> jax.Array:
+    """``n`` points ``normalize(c + sigma·g)``, ``g`` standard Gaussian, ``c`` the unit center.
+
+    ``key`` is a JAX key or an integer seed, as for ``sample_uniform``.
+    """
     center = normalize(jnp.asarray(center, dtype=dtype))
-    g = jax.random.normal(key, (n, center.shape[-1]), dtype=dtype)
-    return normalize(center + sigma * g)
+    return normalize(center + sigma * _gaussian(key, (n, center.shape[-1]), dtype))
 
 
 def equiangular(n: int, d: int, rho0: float, *, dtype=jnp.float64) -> jax.Array:

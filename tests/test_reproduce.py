@@ -1,0 +1,193 @@
+"""``attnflow reproduce``: experiment files, the generic evaluator, the report and the command line."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from attnflow import experiments, reproduce
+from attnflow.cli import app
+from attnflow.config import ConfigError
+from attnflow.experiments import Experiment, evaluate, experiment_ids, load_experiment, load_experiments
+from attnflow.reproduce import JobResult
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+FIGURES = ("comparison", "final_states", "mean_cosine", "energy", "metastability",
+           "realisation_orbit", "realisation_sphere")  # fmt: skip
+
+TINY = """
+id = "T0"
+title = "tiny"
+setting = "n = 8, tau = 1"
+sizes = [8]
+seeds = [0, 1]
+report_times = [0.0]
+
+[config.solver]
+t_end = 1.0
+save_every = 0.5
+
+[[expect]]
+text = "energy monotone"
+metric = "energy_monotone"
+op = "=="
+bound = true
+
+[[expect]]
+text = "impossible: mean_cosine > 2"
+metric = "mean_cosine"
+op = ">"
+bound = 2.0
+"""
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def _experiment(**changes) -> Experiment:
+    data = {"id": "X", "title": "x", "setting": "x", "sizes": [8, 16], "seeds": [0, 1, 2],
+            "expect": [{"text": "t", "metric": "mean_cosine", "op": ">=", "bound": 0.5}]}  # fmt: skip
+    return Experiment.model_validate(data | changes)
+
+
+def _job(
+    n: int, values: list, *, variant: str = "", key: str = "mean_cosine", status: str = "ok"
+) -> JobResult:
+    per_seed = [{"seed": s, "final": {key: v, "bound": 1.0}} for s, v in enumerate(values)]
+    return JobResult("X", variant, "X", n, tuple(range(len(values))), status, "", per_seed)
+
+
+# --------------------------------------------------------------------------- experiment files
+
+
+def test_every_packaged_experiment_loads_and_names_known_metrics():
+    ids = experiment_ids()
+    assert ids == [f"E{k}" for k in range(10)]  # SPEC §6 E0-E9, in order
+    loaded = load_experiments()
+    assert [e.id for e in loaded] == ids
+    reproduce.plan(loaded)  # raises on an unknown metric name
+    reproduce.plan(loaded, quick=True)
+
+
+def test_a_broken_experiment_file_names_the_file_and_the_key(tmp_path):
+    path = tmp_path / "T0.toml"
+    path.write_text(TINY.replace('op = ">"', 'op = "=>"'))
+    with pytest.raises(ConfigError, match=r"T0\.toml: `expect\.1\.op` must be"):
+        load_experiment(path)
+    path.write_text(TINY.replace("t_end = 1.0", "t_end = 1.2"))  # not a multiple of save_every
+    with pytest.raises(ConfigError, match=r"T0\.toml: `solver\.t_end` must be a whole multiple"):
+        load_experiment(path)
+    path.write_text(TINY.replace('op = ">"', 'op = ">"\nvariants = ["nope"]'))
+    with pytest.raises(ConfigError, match=r"`expect\.variants` must be names of \[\[variants\]\]"):
+        load_experiment(path)
+
+
+# --------------------------------------------------------------------------- the evaluator
+
+
+def test_every_seed_scope_fails_on_one_seed_and_names_it():
+    rows = evaluate(_experiment(), [_job(8, [0.9, 0.4, 0.7]), _job(16, [0.9, 0.8, 0.7])])
+    assert [(r["n"], r["status"]) for r in rows] == [(8, "FAIL"), (16, "PASS")]
+    assert rows[0]["failing_seeds"] == [1]
+    assert rows[0]["measured"] == 0.4  # the worst seed for ">="
+    assert rows[1]["measured"] == 0.7
+
+
+def test_aggregate_scopes_median_count_and_some_size():
+    median = {"text": "m", "metric": "mean_cosine", "op": "in", "bound": [5.0, 11.0], "scope": "median"}
+    count = {"text": "c", "metric": "mean_cosine", "op": ">=", "bound": 2.0, "scope": "count",
+             "min_count": 2, "across": "some size"}  # fmt: skip
+    rows = evaluate(
+        _experiment(expect=[median, count]), [_job(8, [4.0, 6.0, 20.0]), _job(16, [2.0, 3.0, 1.0])]
+    )
+    assert [(r["n"], r["measured"], r["status"]) for r in rows[:2]] == [(8, 6.0, "PASS"), (16, 2.0, "FAIL")]
+    assert rows[2]["n"] == "some" and rows[2]["status"] == "PASS"
+    assert rows[2]["measured"] == {"8": 3, "16": 2}
+
+
+def test_bound_metric_tolerance_none_and_skipped_jobs():
+    close = {"text": "a", "metric": "mean_cosine", "op": "~=", "bound_metric": "bound", "tol": 1e-3}
+    below = {"text": "b", "metric": "mean_cosine", "op": "<=", "bound_metric": "bound", "tol": 1e-6}
+    experiment = _experiment(expect=[close, below])
+    rows = evaluate(experiment, [_job(8, [1.0005, 1.0, 1.0 + 1e-7]), _job(16, [1.0, None, 1.0])])
+    by = {(r["text"], r["n"]): r for r in rows}
+    assert by["a", 8]["status"] == "PASS" and by["b", 8]["status"] == "FAIL"  # 1.0005 > 1 + 1e-6
+    assert by["a", 16]["status"] == "FAIL" and by["a", 16]["failing_seeds"] == [1]  # None never passes
+    skipped = evaluate(_experiment(), [_job(8, [], status="skipped")])
+    assert skipped[0]["status"] == "SKIP"
+
+
+def test_realisation_experiments_skip_without_the_realize_module(monkeypatch):
+    monkeypatch.setattr(reproduce.importlib.util, "find_spec", lambda name: None)
+    (e7,) = load_experiments(["E7"])
+    job = reproduce.plan([e7], quick=True)[0]
+    result = reproduce.run_job(job, lambda units: None)
+    assert result.status == "skipped" and "needs attnflow.realize" in result.reason
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def test_bad_only_is_one_line_exit_2_and_writes_nothing(tmp_path):
+    out = tmp_path / "rep"
+    result = invoke("reproduce", "--only", "E1,E11", "--out", str(out))
+    assert result.exit_code == 2
+    assert "`--only` must be a comma-separated list of experiment ids" in result.output
+    assert "Did you mean 'E1'?" in result.output
+    assert not out.exists()
+
+
+def test_a_failing_expectation_exits_1_and_prints_the_row(tmp_path, monkeypatch):
+    folder = tmp_path / "experiments"
+    folder.mkdir()
+    (folder / "T0.toml").write_text(TINY)
+    monkeypatch.setattr(experiments, "_experiments_folder", lambda: folder)
+    out = tmp_path / "rep"
+    result = invoke("reproduce", "--out", str(out))
+    assert result.exit_code == 1, result.output
+    assert "FAIL T0" in result.output and "impossible: mean_cosine > 2" in result.output
+    data = json.loads((out / "results.json").read_text())
+    statuses = [row["status"] for row in data["experiments"]["T0"]["expectations"]]
+    assert statuses == ["PASS", "FAIL"]
+    assert data["passed"] is False
+
+
+def _assert_png(path: Path) -> None:
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE, path
+    assert len(data) > 1024, path  # a real figure, not an empty canvas
+
+
+def test_reproduce_quick_passes_every_expectation_and_writes_the_report(tmp_path):
+    # E7/E8 need attnflow.realize; without it they are reported as skipped, never as passed.
+    realize_missing = importlib.util.find_spec("attnflow.realize") is None
+    out = tmp_path / "rep"
+    result = invoke("reproduce", "--quick", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "results.json").read_text())
+    assert data["quick"] is True and data["passed"] is True
+    assert sorted(data["experiments"], key=lambda i: int(i[1:])) == experiment_ids()
+    for eid, experiment in data["experiments"].items():
+        assert experiment["runs"], eid
+        for run in experiment["runs"]:
+            if run["status"] == "skipped":
+                assert realize_missing and eid in ("E7", "E8"), (eid, run["reason"])
+                continue
+            assert run["status"] == "ok", (eid, run["reason"])
+            assert run["per_seed"] and all("final" in seed for seed in run["per_seed"])
+        assert experiment["expectations"], eid
+        for row in experiment["expectations"]:
+            if row["status"] == "SKIP" and realize_missing and eid in ("E7", "E8"):
+                continue
+            assert row["measured"] is not None, (eid, row["text"])
+            assert row["status"] == "PASS", (eid, row["text"], row["measured"])
+    figures = [f for f in FIGURES if not (realize_missing and f.startswith("realisation"))]
+    for name in figures:
+        _assert_png(out / "figures" / f"{name}.png")
+    page = (out / "report.html").read_text()
+    assert page.count('src="data:image/png;base64,') == len(data["figures"]) >= len(figures)
+    assert "<script" not in page and "http://" not in page and "https://" not in page  # self-contained
+    assert "## E5" in (out / "report.md").read_text()
