@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.linalg
+import scipy.stats
 
 AXES = {"x": (1, 2), "y": (2, 0), "z": (0, 1)}  # generator L_a rotates the plane (i, j) of axis a
 
@@ -207,8 +208,15 @@ def skew_exponential(g: np.ndarray):
     return exponential
 
 
-def haar_orthogonal(key: jax.Array, k: int, d: int) -> np.ndarray:
-    """``k`` Haar-distributed orthogonal ``d × d`` matrices (QR of a Gaussian, signs fixed)."""
+def haar_orthogonal(key, k: int, d: int) -> np.ndarray:
+    """``k`` Haar-distributed orthogonal ``d × d`` matrices.
+
+    ``key`` is a JAX key (QR of a Gaussian, signs fixed) or an integer seed, the config convention:
+    ``scipy.stats.ortho_group`` with that seed, the draw of the NumPy/SciPy reference codes (the
+    outcomes of SPEC §6 E3 were measured with it).
+    """
+    if isinstance(key, int | np.integer):
+        return scipy.stats.ortho_group.rvs(d, size=k, random_state=int(key)).reshape(k, d, d)
     g = np.asarray(jax.random.normal(key, (k, d, d), dtype=jnp.float64))
     qs, rs = np.linalg.qr(g)
     return qs * np.sign(np.diagonal(rs, axis1=1, axis2=2))[:, None, :]
