@@ -24,10 +24,17 @@ from attnflow import factors, gauges, sphere
 from attnflow.config import Config, ConfigError
 from attnflow.dynamics import VectorField, make_vector_field
 from attnflow.integrators import Integrator, make_integrator
-from attnflow.kernels import Kernel, make_profile
+from attnflow.kernels import Kernel, make_profile, symmetric_tiles
 
-AUTO_BLOCK_THRESHOLD = 4096  # above this many tokens the interaction is evaluated in row blocks
-AUTO_BLOCK_SIZE = 1024
+# Automatic blocking (benchmarks/RESULTS.md, "block size"): above AUTO_BLOCK_THRESHOLD tokens the
+# interaction is blocked. float64: symmetric tiles of AUTO_BLOCK_SIZE × AUTO_BLOCK_SIZE (memory
+# O(n d + block²), 512 KB per tile whatever n). float32: row blocks of at most AUTO_BLOCK_SIZE rows
+# and about AUTO_BLOCK_ENTRIES kernel entries (memory O(n · block)). Measured on 2 cores: the dense
+# path writes n × n arrays per evaluation and falls behind from n ≈ 1000 (≈ 7× slower at n = 4096).
+AUTO_BLOCK_THRESHOLD = 512
+AUTO_BLOCK_SIZE = 256
+AUTO_BLOCK_ENTRIES = 2**22  # float32 row blocks: 16 MB per n × block array
+AUTO_BLOCK_MIN = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +120,7 @@ def make_gauge(config: Config, xi: np.ndarray, dtype) -> gauges.Gauge:
         xi = _scalar_labels(xi, "gauge.kind")
         return gauges.make_generalized_rope(xi, generators, g.rates, omega=omega, dtype=dtype)
     if g.kind == "prompt":
-        q_prompts = gauges.haar_orthogonal(jax.random.key(g.seed), config.aux.n_prompts, d)
+        q_prompts = gauges.haar_orthogonal(g.seed, config.aux.n_prompts, d)
         return gauges.make_prompt_gauge(xi.astype(int), q_prompts, dtype=dtype)
     q = _load_array("gauge.path", g.path, (n, d, d))
     try:
@@ -146,7 +153,7 @@ def make_factor(config: Config, xi: np.ndarray, dtype) -> factors.Factor:
 def make_initial(config: Config, gauge: gauges.Gauge, dtype) -> jax.Array:
     """Initial data; a cap is centred in the gauge frame (``x0_i = Q(ξ_i)ᵀ u0_i``)."""
     init, n, d = config.init, config.model.n, config.model.d
-    key = jax.random.key(init.seed)
+    key = init.seed  # NumPy's PCG64 stream: the same initial data as a NumPy reference code
     if init.kind == "uniform":
         return sphere.sample_uniform(key, n, d, dtype=dtype)
     if init.kind == "cap":
@@ -161,10 +168,22 @@ def make_initial(config: Config, gauge: gauges.Gauge, dtype) -> jax.Array:
     return jnp.asarray(x0 / norms[:, None], dtype=dtype)
 
 
+def auto_block_size(n: int, dtype=jnp.float64) -> int | None:
+    """The automatic block size for ``n`` tokens: ``None`` (dense) up to ``AUTO_BLOCK_THRESHOLD``;
+    above, ``AUTO_BLOCK_SIZE`` (the tile edge, float64) or, for float32 row blocks, the largest power
+    of two ``<= min(AUTO_BLOCK_SIZE, AUTO_BLOCK_ENTRIES / n)`` and ``>= AUTO_BLOCK_MIN``."""
+    if n <= AUTO_BLOCK_THRESHOLD:
+        return None
+    if symmetric_tiles(dtype):
+        return AUTO_BLOCK_SIZE
+    rows = max(AUTO_BLOCK_MIN, min(AUTO_BLOCK_SIZE, AUTO_BLOCK_ENTRIES // n))
+    return 1 << (rows.bit_length() - 1)
+
+
 def resolve_block_size(config: Config) -> int | None:
     n, block = config.model.n, config.solver.block_size
     if block is None:
-        return AUTO_BLOCK_SIZE if n > AUTO_BLOCK_THRESHOLD else None
+        return auto_block_size(n, jnp.float32 if config.solver.dtype == "float32" else jnp.float64)
     return block if block < n else None
 
 

@@ -5,9 +5,28 @@
   ``φ'(t) = scale · e^{β(t−1)}`` with the constant ``scale = c e^β`` factored out.
 - ``Kernel``: a gauge, a factor and a profile.
 - ``attention_sum``: ``g_i = Σ_j C_ij y_j`` with ``C = w ⊙ φ'(U Uᵀ)`` normalised by ``1/n`` ("usa")
-  or by its row sums ("sa", the softmax), optionally causal (``j ≤ i``). Evaluated densely, or in
-  row blocks of ``block_size`` rows (``lax.map``) with memory ``O(n · block_size)``.
-- ``energy``: ``E = (1/(2n²)) Σ_ij h(z_i, z_j)``, blocked the same way.
+  or by its row sums ("sa", the softmax), optionally causal (``j ≤ i``). Evaluated densely (one
+  ``n × n`` matrix), or blocked: symmetric tiles of ``block_size × block_size`` (float64;
+  ``lax.scan`` over the tile pairs, memory ``O(n d + block_size²)``) or row blocks of
+  ``block_size`` rows (float32; ``lax.map``, memory ``O(n · block_size)``).
+- ``energy``: ``E = (1/(2n²)) Σ_ij h(z_i, z_j)``, dense or tiled the same way.
+- ``factor_tile``: the factor block ``w[idx_i][:, idx_j]`` from the labels, ``O(b_i b_j)``.
+
+Performance notes (measured on a 2-core x86 CPU, see ``benchmarks/RESULTS.md``). Every kernel of
+the family is symmetric (``S = UUᵀ`` and ``w`` are), so the tiled evaluation computes each tile pair
+``I < J`` once and uses it for both ``g_I += C_IJ v_J`` and ``g_J += C_IJᵀ v_I``: half the
+exponentials of a row-by-row pass (causal sums need only the lower tiles anyway). That is the
+float64 path; in float32 the exponentials are cheap and row blocks (``lax.map``) win
+(``symmetric_tiles``). Per tile the work
+is one ``(b, d) × (d, b)`` product for the logits, one fused elementwise pass (factor, ``exp``,
+masks) and two ``(b, b) × (b, d')`` products; a 256 × 256 float64 tile (512 KB) stays in the L2
+cache, where XLA's CPU matrix product with a handful of columns is fastest. The value matrix is
+zero-padded to a multiple of ``VALUE_COLUMNS`` columns (the product is markedly slower for 3 columns
+than for 4), and for "sa" a column of ones is appended so that the softmax denominators come out of
+the same product instead of a separate reduction. The dense path writes and re-reads ``n × n``
+arrays and falls behind from ``n ≈ 1000``; the automatic choice is
+``attnflow.build.auto_block_size``. Tiled and dense results agree to round-off (the sums are
+regrouped), and neither depends on the number of threads XLA uses.
 """
 
 from __future__ import annotations
@@ -17,12 +36,15 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from attnflow import factors
 from attnflow.factors import Factor
 from attnflow.gauges import Gauge
 
 PROFILES = ("exp", "linear")
 NORMALIZATIONS = ("usa", "sa")
+VALUE_COLUMNS = 4  # the value matrix is zero-padded to a multiple of this many columns (measured)
 
 
 @partial(jax.tree_util.register_dataclass, data_fields=["beta", "c"], meta_fields=["kind"])
@@ -86,6 +108,101 @@ def _row_blocks(fn, n: int, block_size: int | None):
     return out.reshape(n_blocks * block_size, *out.shape[2:])[:n]
 
 
+def symmetric_tiles(dtype) -> bool:
+    """Whether the blocked evaluation uses symmetric tiles (float64) or row blocks (float32).
+
+    Measured (``benchmarks/RESULTS.md``): in float64 the ``exp`` dominates and evaluating each
+    symmetric tile pair once pays (1.1× at n = 4096, 1.5× at 16384, 2.4× at 65536); in float32 the
+    ``exp`` is cheap, the two small products per tile dominate, and row blocks are 1.5–2.4× faster.
+    """
+    return jnp.dtype(dtype) == jnp.float64
+
+
+def _tiles(n: int, tile: int, *, lower: bool):
+    """The tile layout of an ``n × n`` symmetric computation: token indices ``idx (m, tile)`` (the
+    padding of the last tile clamped to ``n − 1``), ``valid (m, tile)``, and the tile pairs
+    ``(I, J)`` with ``I <= J`` (or ``J <= I`` when ``lower``), as arrays."""
+    m = -(-n // tile)
+    slots = np.arange(m * tile)
+    idx = np.minimum(slots, n - 1).reshape(m, tile)
+    rows, cols = np.tril_indices(m) if lower else np.triu_indices(m)
+    return jnp.asarray(idx), jnp.asarray((slots < n).reshape(m, tile)), (jnp.asarray(rows), jnp.asarray(cols))
+
+
+def factor_tile(factor, idx_i: jax.Array, idx_j: jax.Array, dtype) -> jax.Array:
+    """The factor block ``w[idx_i][:, idx_j]`` (or a broadcastable ``(1, 1)`` block of ones), computed
+    from the labels in ``O(len(idx_i) · len(idx_j))`` for the built-in factors."""
+    if isinstance(factor, factors.NoFactor):
+        return jnp.ones((1, 1), dtype)
+    if isinstance(factor, factors.MatrixFactor):
+        return factor.w[idx_i[:, None], idx_j[None, :]].astype(dtype)
+    if isinstance(factor, factors.DistanceBias | factors.ToeplitzCos):
+        # the rows of a factor on the labels (ξ_idx_i, ξ_idx_j), restricted to the second group
+        # (XLA pushes the slice through the elementwise formula: only b_i × b_j entries are computed)
+        b = idx_i.shape[0]
+        local = dataclasses.replace(factor, xi=jnp.concatenate([factor.xi[idx_i], factor.xi[idx_j]]))
+        return local.rows(jnp.arange(b))[:, b:].astype(dtype)
+    return factor.rows(idx_i)[:, idx_j].astype(dtype)  # any other factor: O(b n) per tile
+
+
+def _padded_values(values: jax.Array, *, ones: bool) -> jax.Array:
+    """``values (n, d')`` with an optional column of ones, zero-padded to ``VALUE_COLUMNS`` columns."""
+    n, dv = values.shape
+    columns = [values]
+    if ones:
+        columns.append(jnp.ones((n, 1), values.dtype))
+    pad = -(dv + ones) % VALUE_COLUMNS
+    if pad:
+        columns.append(jnp.zeros((n, pad), values.dtype))
+    return jnp.concatenate(columns, axis=1) if len(columns) > 1 else values
+
+
+def attention_weights(kernel: Kernel, u: jax.Array, idx: jax.Array, *, causal: bool = False) -> jax.Array:
+    """Rows ``idx`` of the unnormalised weights ``w_ij φ'(⟨u_i,u_j⟩)/φ'(1)`` (zero above the diagonal
+    when ``causal``), shape ``(len(idx), n)``, in the dtype of ``u``."""
+    n = u.shape[0]
+    factor_rows = kernel.factor.rows(idx).astype(u.dtype)  # NoFactor's ones must not promote float32
+    weights = factor_rows * kernel.profile.dphi_unit(u[idx] @ u.T).astype(u.dtype)
+    if causal:
+        weights = jnp.where(jnp.arange(n)[None, :] <= idx[:, None], weights, 0.0)
+    return weights
+
+
+def _tile_weights(kernel: Kernel, u, ii, jj, ok_i, ok_j, *, causal: bool):
+    """Weights of the tile ``(ii, jj)``: zero on padding slots and, when ``causal``, above the diagonal."""
+    s = u[ii] @ u[jj].T
+    w = factor_tile(kernel.factor, ii, jj, u.dtype) * kernel.profile.dphi_unit(s).astype(u.dtype)
+    mask = ok_i[:, None] & ok_j[None, :]
+    if causal:
+        mask = mask & (jj[None, :] <= ii[:, None])
+    return jnp.where(mask, w, 0.0)
+
+
+def _tiled_sum(kernel: Kernel, u, padded, tile: int, *, causal: bool):
+    """``Σ_j C_ij padded_j`` by symmetric tiles: the kernel matrix is symmetric, so each tile pair
+    ``I < J`` is evaluated once and serves both ``g_I += C_IJ v_J`` and ``g_J += C_IJᵀ v_I``
+    (half the exponentials of a row-block pass); causal sums need the lower tiles only."""
+    n = u.shape[0]
+    idx, valid, pairs = _tiles(n, tile, lower=causal)
+
+    def body(g, pair):
+        i, j = pair
+        ii, jj = idx[i], idx[j]
+        w = _tile_weights(kernel, u, ii, jj, valid[i], valid[j], causal=causal)
+        g = g.at[i].add(w @ padded[jj])
+        if not causal:
+            # Cᵀ v with Cᵀ materialised (the barrier stops XLA from folding the transpose into the
+            # product): XLA's CPU dot contracting the first axis of C rounds differently depending
+            # on the number of cores it is given; the plain (b, b) × (b, d') product does not
+            w_t = jax.lax.optimization_barrier(w.T)
+            g = g.at[j].add(jnp.where(i != j, w_t @ padded[ii], 0.0))
+        return g, None
+
+    g0 = jnp.zeros((idx.shape[0], tile, padded.shape[1]), u.dtype)
+    g, _ = jax.lax.scan(body, g0, pairs)
+    return g.reshape(-1, padded.shape[1])[:n]
+
+
 def attention_sum(
     kernel: Kernel,
     u: jax.Array,
@@ -95,33 +212,52 @@ def attention_sum(
     causal: bool = False,
     block_size: int | None = None,
 ) -> jax.Array:
-    """``g_i = Σ_j C_ij values_j`` with ``C_ij = w_ij φ'(⟨u_i,u_j⟩)/n`` (usa) or the softmax (sa)."""
+    """``g_i = Σ_j C_ij values_j`` with ``C_ij = w_ij φ'(⟨u_i,u_j⟩)/n`` (usa) or the softmax (sa).
+
+    ``block_size = None`` (or ``>= n``): dense, one ``n × n`` weight matrix. Otherwise, in float64,
+    symmetric tiles of ``block_size × block_size`` (``lax.scan`` over the tile pairs; memory
+    ``O(n d + block_size²)``, half the kernel evaluations); in float32, row blocks of
+    ``block_size`` rows (``lax.map``; memory ``O(n · block_size)``) — see ``symmetric_tiles``.
+    """
     if normalization not in NORMALIZATIONS:
         raise ValueError(f"kernel: `normalization` must be one of {NORMALIZATIONS}; got {normalization!r}.")
-    n = u.shape[0]
-    profile = kernel.profile
-
-    def block(idx):
-        weights = kernel.factor.rows(idx) * profile.dphi_unit(u[idx] @ u.T)
-        if causal:
-            weights = jnp.where(jnp.arange(n)[None, :] <= idx[:, None], weights, 0.0)
-        if normalization == "sa":
-            return (weights @ values) / jnp.sum(weights, axis=1, keepdims=True)
-        return (weights @ values) * (profile.scale / n)
-
-    return _row_blocks(block, n, block_size)
+    n, dv = values.shape
+    sa = normalization == "sa"
+    padded = _padded_values(values.astype(u.dtype), ones=sa)
+    if block_size is None or block_size >= n:
+        summed = attention_weights(kernel, u, jnp.arange(n), causal=causal) @ padded
+    elif symmetric_tiles(u.dtype):
+        summed = _tiled_sum(kernel, u, padded, int(block_size), causal=causal)
+    else:
+        rows = lambda idx: attention_weights(kernel, u, idx, causal=causal) @ padded  # noqa: E731
+        summed = _row_blocks(rows, n, int(block_size))
+    if sa:
+        return summed[:, :dv] / summed[:, dv : dv + 1]
+    return summed[:, :dv] * (kernel.profile.scale / n).astype(u.dtype)
 
 
 def energy(kernel: Kernel, x: jax.Array, *, block_size: int | None = None) -> jax.Array:
-    """``E(x) = (1/(2n²)) Σ_ij w_ij φ(⟨Q_i x_i, Q_j x_j⟩)``."""
+    """``E(x) = (1/(2n²)) Σ_ij w_ij φ(⟨Q_i x_i, Q_j x_j⟩)`` (dense, or by symmetric tiles)."""
     u = kernel.gauge.apply(x)
     n = u.shape[0]
+    if block_size is None or block_size >= n or not symmetric_tiles(u.dtype):
 
-    def block(idx):
-        w = jnp.broadcast_to(kernel.factor.rows(idx), (idx.shape[0], n))
-        return jnp.sum(w * kernel.profile.phi(u[idx] @ u.T), axis=1)
+        def rows(idx):
+            w = jnp.broadcast_to(kernel.factor.rows(idx).astype(u.dtype), (idx.shape[0], n))
+            return jnp.sum(w * kernel.profile.phi(u[idx] @ u.T).astype(u.dtype), axis=1)
 
-    return jnp.sum(_row_blocks(block, n, block_size)) / (2.0 * n * n)
+        return jnp.sum(_row_blocks(rows, n, block_size)) / (2.0 * n * n)
+    idx, valid, pairs = _tiles(n, int(block_size), lower=False)
+
+    def body(total, pair):
+        i, j = pair
+        ii, jj = idx[i], idx[j]
+        w = factor_tile(kernel.factor, ii, jj, u.dtype)
+        h = jnp.where(valid[i][:, None] & valid[j][None, :], w * kernel.profile.phi(u[ii] @ u[jj].T), 0.0)
+        return total + jnp.where(i == j, 1.0, 2.0) * jnp.sum(h), None  # tile (J, I) = tile (I, J)ᵀ
+
+    total, _ = jax.lax.scan(body, jnp.zeros((), u.dtype), pairs)
+    return total / (2.0 * n * n)
 
 
 def logits(kernel: Kernel, x: jax.Array) -> jax.Array:

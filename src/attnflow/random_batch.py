@@ -1,0 +1,187 @@
+"""Random-batch approximation of the interaction (an APPROXIMATION of SPEC §1.2, for very large n).
+
+The exact field costs ``O(n² d)`` per evaluation. The random-batch method (Jin, Li & Liu,
+*Random batch methods (RBM) for interacting particle systems*, J. Comput. Phys. 400, 2020) draws,
+at every time step, a uniformly random partition of the tokens into batches of ``p`` (the last one
+may be smaller) and lets each token interact only with the tokens of its batch during that step:
+``O(n p d)`` per evaluation, memory ``O(n p)``. It is **not** the model of the paper: it is a
+stochastic approximation whose error vanishes as ``p → n`` (at ``p = n`` it is the exact field, up
+to summation order) and, for fixed ``p``, behaves like ``sqrt(dt / (p − 1))`` (the strong error of
+RBM). ``benchmarks/RESULTS.md`` reports the measured error against the exact dynamics.
+
+Estimator. With ``c`` the size of token ``i``'s batch ``B`` and ``f_ij = C_ij v_j`` the exact
+summands (``usa``: ``g_i = (1/n) Σ_j f_ij``), the batch sum
+
+    g_i ≈ (1/n) f_ii + (n − 1)/(n (c − 1)) Σ_{j ∈ B, j ≠ i} f_ij
+
+is unbiased for every ``i`` (a uniformly random batch holds each other token with probability
+``(c − 1)/(n − 1)``), causal masks included. For ``sa`` the numerator and the softmax denominator
+are estimated the same way and divided (a ratio estimator: consistent, slightly biased).
+
+The partition is fixed within a step (every Runge–Kutta stage of the step sees the same batches),
+so a step integrates the batch-restricted system over ``dt``. Randomness comes only from the
+explicit ``key``; results are reproducible for a given key.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from attnflow import factors
+from attnflow.dynamics import VALUES, VectorField, noise_increment
+from attnflow.integrators import Integrator
+from attnflow.kernels import NORMALIZATIONS, Kernel, factor_tile
+from attnflow.solve import SnapshotCallback, Trajectory, snapshot_count
+from attnflow.sphere import normalize, project
+
+MAX_GROUP_ENTRIES = 2**22  # batches are evaluated in groups of at most this many p × p entries
+
+
+def batch_factor(factor: factors.Factor, idx: jax.Array, dtype) -> jax.Array:
+    """The factor restricted to the tokens ``idx (p,)``: ``w[idx][:, idx]`` as ``(p, p)`` (or a
+    broadcastable ``(1, 1)`` block of ones), in ``O(p²)`` for every built-in factor."""
+    return factor_tile(factor, idx, idx, dtype)
+
+
+def partition(key: jax.Array, n: int, p: int) -> tuple[jax.Array, jax.Array]:
+    """A uniformly random partition of ``0..n−1`` into ``ceil(n/p)`` batches of ``p``.
+
+    Returns ``batches (m, p)`` (token indices; the empty slots of the last batch repeat token
+    ``n − 1``) and ``valid (m, p)`` (``False`` on those slots).
+    """
+    m = -(-n // p)
+    perm = jax.random.permutation(key, n)
+    slots = jnp.arange(m * p)
+    batches = jnp.where(slots < n, perm[jnp.minimum(slots, n - 1)], n - 1).reshape(m, p)
+    return batches, (slots < n).reshape(m, p)
+
+
+def make_random_batch_field(
+    kernel: Kernel,
+    batches: jax.Array,
+    valid: jax.Array,
+    *,
+    normalization: str = "usa",
+    causal: bool = False,
+    value: str = "gradient",
+) -> VectorField:
+    """The random-batch approximation of ``make_vector_field(kernel, ...)`` for one partition."""
+    if value not in VALUES:
+        raise ValueError(f"random_batch: `value` must be one of {VALUES}; got {value!r}.")
+    if normalization not in NORMALIZATIONS:
+        raise ValueError(
+            f"random_batch: `normalization` must be one of {NORMALIZATIONS}; got {normalization!r}."
+        )
+    if normalization == "sa" and not kernel.factor.nonnegative:
+        raise ValueError(
+            "random_batch: `normalization` 'sa' requires a non-negative factor (softmax weights); "
+            f"got the sign-changing factor {type(kernel.factor).__name__}."
+        )
+    gauge, profile = kernel.gauge, kernel.profile
+    n = gauge.n
+    m, p = batches.shape
+    group = max(1, min(m, MAX_GROUP_ENTRIES // (p * p)))
+    n_groups = -(-m // group)
+    pad = n_groups * group - m
+    grouped_batches = jnp.concatenate([batches, jnp.full((pad, p), n - 1, batches.dtype)])
+    grouped_valid = jnp.concatenate([valid, jnp.zeros((pad, p), bool)])
+    grouped = (grouped_batches.reshape(n_groups, group, p), grouped_valid.reshape(n_groups, group, p))
+    # where each token sits in the flattened (batch, slot) order: to gather the results back
+    flat = grouped_batches.reshape(-1)
+    slot_of = (
+        jnp.zeros(n, jnp.int32)
+        .at[jnp.where(grouped_valid.reshape(-1), flat, n)]
+        .set(jnp.arange(flat.shape[0], dtype=jnp.int32), mode="drop")
+    )
+
+    def one_batch(u, vals, idx, ok):
+        ub = u[idx]
+        w = batch_factor(kernel.factor, idx, u.dtype) * profile.dphi_unit(ub @ ub.T).astype(u.dtype)
+        w = jnp.where(ok[None, :], w, 0.0)
+        if causal:
+            w = jnp.where(idx[None, :] <= idx[:, None], w, 0.0)
+        vb = jnp.concatenate([vals[idx], jnp.ones((p, 1), u.dtype)], axis=1)
+        total = w @ vb  # (p, d' + 1): numerators and row sums
+        own = jnp.diagonal(w)[:, None] * vb  # the j = i term, kept exact
+        count = jnp.sum(ok)
+        weight = ((n - 1) / jnp.maximum(count - 1, 1)).astype(u.dtype)
+        est = own + weight * (total - own)  # ≈ Σ_j (all n tokens)
+        if normalization == "sa":
+            return est[:, :-1] / est[:, -1:]
+        return est[:, :-1] * (profile.scale / n).astype(u.dtype)
+
+    def field(x: jax.Array) -> jax.Array:
+        u = gauge.apply(x)
+        vals = u if value == "gradient" else x
+        sums = jax.lax.map(lambda gb: jax.vmap(lambda i, o: one_batch(u, vals, i, o))(*gb), grouped)
+        g = sums.reshape(-1, vals.shape[1])[slot_of]
+        if value == "gradient":
+            g = gauge.apply_transpose(g)
+        return project(x, g)
+
+    return field
+
+
+def solve_random_batch(
+    kernel: Kernel,
+    x0: jax.Array,
+    *,
+    p: int,
+    key: jax.Array,
+    integrator: Integrator,
+    dt: float,
+    t_end: float,
+    save_every: float,
+    normalization: str = "usa",
+    causal: bool = False,
+    value: str = "gradient",
+    noise: float = 0.0,
+    on_snapshot: SnapshotCallback | None = None,
+) -> Trajectory:
+    """Integrate the random-batch approximation (batches of ``p``, a fresh partition every step).
+
+    Same time grid, snapshots and statuses as ``attnflow.solve.solve`` (fixed-step methods only);
+    ``key`` drives the partitions (and the noise, if any). **An approximation** — see the module
+    docstring for its error.
+    """
+    n = kernel.gauge.n
+    if integrator.adaptive:
+        raise ValueError("random_batch: `integrator` must be a fixed-step method (euler, rk4, geodesic_rk4).")
+    if not 2 <= int(p) <= n:
+        raise ValueError(f"random_batch: `p` must be an integer in [2, n] = [2, {n}]; got {p!r}.")
+    p = int(p)
+    make_field = dict(normalization=normalization, causal=causal, value=value)
+    make_random_batch_field(kernel, *partition(key, n, p), **make_field)  # validate options now
+    steps_per_snapshot = int(round(save_every / dt))
+
+    def advance(x, key):
+        def body(carry, _):
+            x, key = carry
+            key, sub, sub_noise = jax.random.split(key, 3)
+            field = make_random_batch_field(kernel, *partition(sub, n, p), **make_field)
+            x = integrator.step(field, x, dt)
+            if noise > 0:
+                x = normalize(x + noise_increment(sub_noise, x, noise=noise, dt=dt))
+            return (x, key), None
+
+        (x, key), _ = jax.lax.scan(body, (x, key), None, length=steps_per_snapshot)
+        return x, key, jnp.all(jnp.isfinite(x))
+
+    advance = jax.jit(advance)
+    xs, ts, status, steps = [np.asarray(x0)], [0.0], "ok", 0
+    if on_snapshot is not None:
+        on_snapshot(0, 0.0, xs[0])
+    x = x0
+    for k in range(1, snapshot_count(t_end, save_every)):
+        x, key, finite = advance(x, key)
+        steps += steps_per_snapshot
+        if not bool(finite):
+            status = "nonfinite"
+            break
+        xs.append(np.asarray(x))
+        ts.append(k * save_every)
+        if on_snapshot is not None:
+            on_snapshot(k, ts[-1], xs[-1])
+    return Trajectory(ts=np.asarray(ts), xs=np.stack(xs), status=status, steps=steps)

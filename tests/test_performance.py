@@ -1,0 +1,303 @@
+"""Performance paths give the same answers (issue 5): blocked = dense on every kernel kind, vmapped
+seeds and parameter batches = single runs, the compiled chunk is built once per run, float32 stays
+within its documented distance of float64, results do not depend on the XLA thread settings, the
+automatic block size, and the random-batch approximation's error decreasing with the batch size.
+
+Speed and memory are measured by ``benchmarks/run.py`` (``benchmarks/RESULTS.md``), not here."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from attnflow import dynamics, factors, gauges, integrators, kernels, random_batch, sphere
+from attnflow.build import (
+    AUTO_BLOCK_ENTRIES,
+    AUTO_BLOCK_MIN,
+    AUTO_BLOCK_SIZE,
+    AUTO_BLOCK_THRESHOLD,
+    auto_block_size,
+)
+from attnflow.solve import integrate, solve
+from helpers_core import FACTORS, GAUGES, NONNEGATIVE_FACTORS, make_kernel, mean_cosine, uniform
+
+N_BLOCK = 20  # with block size 8: three blocks, the last one padded
+
+
+COMBOS = [
+    (factor_name, normalization, causal, value)
+    for normalization, causal, value in itertools.product(("usa", "sa"), (False, True), dynamics.VALUES)
+    for factor_name in (NONNEGATIVE_FACTORS if normalization == "sa" else sorted(FACTORS))
+]  # every factor × normalization × causal × value (sa needs w >= 0): 32 combinations
+
+
+def _check_blocked_equals_dense(gauge_name, combos):
+    g = GAUGES[gauge_name](N_BLOCK)
+    x = uniform(N_BLOCK, g.d, seed=21)
+    for factor_name, normalization, causal, value in combos:
+        k = make_kernel(g, FACTORS[factor_name](N_BLOCK), beta=1.7)
+        opts = dict(normalization=normalization, causal=causal, value=value)
+        dense_field = dynamics.make_vector_field(k, **opts)
+        blocked_field = dynamics.make_vector_field(k, block_size=8, **opts)
+        dense, blocked = jax.jit(lambda x: (dense_field(x), blocked_field(x)))(x)  # noqa: B023
+        # every row is computed by the same arithmetic (only the matmul tiling may differ): O(e^β)
+        # velocities agree to a few ulps, far inside the 1e-12 acceptance bound
+        np.testing.assert_allclose(
+            blocked, dense, rtol=0, atol=1e-12, err_msg=f"{gauge_name} {factor_name} {opts}"
+        )
+    k = make_kernel(g, FACTORS["matrix_signed"](N_BLOCK), beta=1.7)
+    # energy: 400 O(e^β/β) terms regrouped by row blocks, relative round-off ~1e-15
+    np.testing.assert_allclose(kernels.energy(k, x, block_size=8), kernels.energy(k, x), rtol=1e-12)
+
+
+@pytest.mark.parametrize("index, gauge_name", list(enumerate(sorted(GAUGES))))
+def test_blocked_field_equals_dense_every_kind(index, gauge_name):
+    """Each gauge with 2 of the 32 combinations, chosen so that the 8 gauges cover 16 of them with
+    every factor, normalization, causal flag and value represented (the full product is ``slow``)."""
+    _check_blocked_equals_dense(gauge_name, [COMBOS[(index + 13 * j) % 32] for j in range(2)])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("gauge_name", sorted(GAUGES))
+def test_blocked_field_equals_dense_full_product(gauge_name):
+    _check_blocked_equals_dense(gauge_name, COMBOS)
+
+
+def test_vmapped_seeds_equal_single_runs_blocked():
+    n, seeds = 24, 3
+    g = GAUGES["prompt_haar"](n)
+    k = make_kernel(g, FACTORS["distance_bias"](n), beta=1.0)
+    field = dynamics.make_vector_field(k, normalization="sa", block_size=8)
+    x0 = jnp.stack([uniform(n, 3, seed=s) for s in range(seeds)])
+    opts = dict(integrator=integrators.RK4(), dt=0.05, t_end=1.0, save_every=0.5)
+    batch = solve(field, x0, **opts)
+    assert batch.status == "ok" and batch.xs.shape == (3, seeds, n, 3)
+    for s in range(seeds):
+        single = solve(field, x0[s], **opts)
+        # vmap adds a batch dimension to the matmuls, not to the per-element arithmetic: round-off only
+        np.testing.assert_allclose(batch.xs[:, s], single.xs, rtol=0, atol=1e-13)
+
+
+def test_parameter_batch_with_integrate_equals_single_runs():
+    n = 16
+    g = GAUGES["rope_full_period"](n)
+    x0 = uniform(n, 3, seed=3)
+    opts = dict(integrator=integrators.RK4(), dt=0.02, steps=25)
+
+    def final(beta):
+        k = kernels.Kernel(g, factors.NoFactor(n), kernels.Profile("exp", beta, jnp.asarray(1.0)))
+        return integrate(dynamics.make_vector_field(k), x0, **opts)
+
+    betas = jnp.array([0.5, 1.0, 3.0])
+    batch = jax.jit(jax.vmap(final))(betas)
+    for i, beta in enumerate(betas):
+        single = solve(
+            dynamics.make_vector_field(make_kernel(g, factors.NoFactor(n), beta=float(beta))),
+            x0,
+            integrator=opts["integrator"],
+            dt=opts["dt"],
+            t_end=0.5,
+            save_every=0.5,
+        )
+        # same steps, traced vs constant beta: e^{β} folded differently, round-off only
+        np.testing.assert_allclose(batch[i], single.xs[-1], rtol=0, atol=1e-13)
+    with pytest.raises(ValueError, match=r"`integrator` must be a fixed-step method"):
+        integrate(lambda x: x, x0, integrator=integrators.Adaptive(), dt=0.1, steps=1)
+
+
+def test_chunk_compiled_once_per_run():
+    n = 8
+    k = make_kernel(GAUGES["identity"](n), factors.NoFactor(n))
+    inner = dynamics.make_vector_field(k)
+    traces = []
+
+    def field(x):  # Python runs only while JAX traces
+        traces.append(1)
+        return inner(x)
+
+    opts = dict(integrator=integrators.RK4(), dt=0.1, save_every=0.2)
+    short = solve(field, uniform(n, 3), t_end=0.4, **opts)
+    per_run = len(traces)
+    long = solve(field, uniform(n, 3), t_end=2.0, **opts)
+    assert short.xs.shape[0] == 3 and long.xs.shape[0] == 11
+    assert len(traces) == 2 * per_run  # 10 chunks traced exactly as often as 2: one compilation per run
+    assert long.compile_time_s > 0.0
+
+
+# Float32 accuracy (documented in attnflow.solve): measured over E0/E1 settings, n = 64, 128, 256,
+# seeds 0–9, RK4 dt = 0.01 (benchmarks/RESULTS.md): max |x32 − x64| ≤ 6.6e-6 at t = 5 and ≤ 2.9e-6
+# at t = 20; mean cosines ≤ 2e-6 apart, energies ≤ 3e-7 relative. Documented bounds: 2e-5 and 1e-5.
+FLOAT32_STATE_BOUND = 2e-5
+FLOAT32_METRIC_BOUND = 1e-5
+
+
+@pytest.mark.parametrize("setting", ["E0", "E1a"])
+def test_float32_within_documented_bound(setting):
+    n, seeds = 64, 2
+
+    def kernel(dtype):
+        if setting == "E0":
+            g = gauges.IdentityGauge(n=n, d=3)
+        else:
+            g = gauges.make_rope(
+                np.arange(n), 3, gauges.rope_frequencies(3, kind="full_period", n=n), dtype=dtype
+            )
+        return kernels.Kernel(g, factors.NoFactor(n), kernels.make_profile("exp", beta=1.0, dtype=dtype))
+
+    x0 = jnp.stack([sphere.sample_uniform(jax.random.key(s), n, 3) for s in range(seeds)])
+    runs = {}
+    for dtype in (jnp.float64, jnp.float32):
+        field = dynamics.make_vector_field(kernel(dtype))
+        traj = solve(
+            field, x0.astype(dtype), integrator=integrators.RK4(), dt=0.01, t_end=20.0, save_every=5.0
+        )
+        assert traj.status == "ok" and traj.xs.dtype == np.dtype(dtype)
+        runs[dtype] = traj.xs.astype(np.float64)
+    x64, x32 = runs[jnp.float64], runs[jnp.float32]
+    assert np.abs(x64[1] - x32[1]).max() <= FLOAT32_STATE_BOUND  # t = 5
+    assert np.abs(x64[-1] - x32[-1]).max() <= FLOAT32_STATE_BOUND  # t = 20
+    k64 = kernel(jnp.float64)
+    for s in range(seeds):
+        assert abs(mean_cosine(x64[-1, s]) - mean_cosine(x32[-1, s])) <= FLOAT32_METRIC_BOUND
+        e64, e32 = (float(kernels.energy(k64, jnp.asarray(x[-1, s]))) for x in (x64, x32))
+        assert abs(e64 - e32) / e64 <= FLOAT32_METRIC_BOUND
+
+
+_THREAD_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    import numpy as np
+    from attnflow import dynamics, factors, gauges, integrators, kernels, sphere
+    from attnflow.solve import solve
+    n = 1100  # several 256-tiles (the size where XLA's transposed products became core-dependent)
+    g = gauges.make_rope(np.arange(n), 3, gauges.rope_frequencies(3, kind="full_period", n=n))
+    k = kernels.Kernel(g, factors.NoFactor(n), kernels.make_profile("exp", beta=1.0))
+    x0 = sphere.sample_uniform(jax.random.key(0), n, 3)
+    for block in (None, 256):
+        field = dynamics.make_vector_field(k, normalization="sa", block_size=block)
+        traj = solve(field, x0, integrator=integrators.RK4(), dt=0.01, t_end=0.04, save_every=0.02)
+        np.save(sys.argv[1] + f"_{block}.npy", traj.xs)
+    """
+)
+
+
+def _run_with_flags(tmp_path, name, xla_flags, taskset=False):
+    script = tmp_path / "thread_run.py"
+    script.write_text(_THREAD_SCRIPT)
+    env = {**os.environ, "XLA_FLAGS": xla_flags, "JAX_PLATFORMS": "cpu"}
+    cmd = (["taskset", "-c", "0"] if taskset else []) + [sys.executable, str(script), str(tmp_path / name)]
+    subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=120)
+    return {b: np.load(tmp_path / f"{name}_{b}.npy") for b in (None, 256)}
+
+
+def test_results_independent_of_thread_settings(tmp_path):
+    one_device = "--xla_force_host_platform_device_count=1"
+    default = _run_with_flags(tmp_path, "default", one_device)
+    runs = [_run_with_flags(tmp_path, "single", f"{one_device} --xla_cpu_multi_thread_eigen=false")]
+    if shutil.which("taskset") and len(os.sched_getaffinity(0)) > 1:
+        runs.append(_run_with_flags(tmp_path, "one_core", one_device, taskset=True))  # one core visible
+    for run in runs:
+        for block in (None, 256):
+            np.testing.assert_array_equal(default[block], run[block])  # bitwise: 0 ulp
+    # tiled = dense: the same sums regrouped by tiles, unit-norm states after 10 RK4 steps: round-off only
+    np.testing.assert_allclose(default[256], default[None], rtol=0, atol=1e-13)
+
+
+def test_auto_block_size():
+    assert auto_block_size(AUTO_BLOCK_THRESHOLD) is None  # dense up to the threshold
+    for n in (AUTO_BLOCK_THRESHOLD + 1, 4096, 65536, 10**7):
+        assert auto_block_size(n) == AUTO_BLOCK_SIZE  # float64 tiles: memory O(n d + block²) whatever n
+        rows = auto_block_size(n, jnp.float32)  # float32 row blocks: memory O(n · block)
+        assert AUTO_BLOCK_MIN <= rows <= AUTO_BLOCK_SIZE and rows & (rows - 1) == 0
+        assert rows * n <= max(AUTO_BLOCK_ENTRIES, AUTO_BLOCK_MIN * n)
+
+
+def test_float32_row_blocks_equal_dense():
+    n, f32 = 40, jnp.float32
+    g = gauges.make_rope(np.arange(n), 3, gauges.rope_frequencies(3, kind="full_period", n=n), dtype=f32)
+    factor = factors.DistanceBias(xi=jnp.arange(n, dtype=f32) / n, slope=jnp.asarray(1.0, f32))
+    k = kernels.Kernel(g, factor, kernels.make_profile("exp", beta=1.0, dtype=f32))
+    x = uniform(n, 3, seed=8).astype(f32)
+    for normalization, causal in (("usa", False), ("sa", True)):
+        opts = dict(normalization=normalization, causal=causal)
+        dense = dynamics.make_vector_field(k, **opts)(x)
+        blocked = dynamics.make_vector_field(k, block_size=16, **opts)(x)
+        assert blocked.dtype == jnp.float32
+        # the same row arithmetic in float32 (row blocks, no regrouping): a few float32 ulps at most
+        np.testing.assert_allclose(blocked, dense, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(kernels.energy(k, x, block_size=16), kernels.energy(k, x), rtol=1e-6)
+
+
+def test_random_batch_exact_at_p_equals_n_and_error_decreases_with_p():
+    n = 64
+    g = GAUGES["rope_full_period"](n)
+    k = make_kernel(g, factors.NoFactor(n), beta=1.0)
+    x = uniform(n, 3, seed=5)
+    batches, valid = random_batch.partition(jax.random.key(1), n, n)
+    for normalization, causal in (("usa", False), ("sa", True)):
+        approx = random_batch.make_random_batch_field(
+            k, batches, valid, normalization=normalization, causal=causal
+        )(x)
+        exact = dynamics.make_vector_field(k, normalization=normalization, causal=causal)(x)
+        # one batch holding every token: the exact sums in a permuted order, round-off only
+        np.testing.assert_allclose(approx, exact, rtol=0, atol=1e-13)
+    batches, valid = random_batch.partition(jax.random.key(2), 10, 4)
+    assert batches.shape == (3, 4) and sorted(np.asarray(batches)[np.asarray(valid)]) == list(range(10))
+
+    opts = dict(integrator=integrators.Euler(), dt=0.01, t_end=1.0, save_every=1.0)
+    exact = solve(dynamics.make_vector_field(k), x, **opts).xs[-1]
+    errors = []
+    for p in (2, 8, 32):
+        approx = random_batch.solve_random_batch(k, x, p=p, key=jax.random.key(p), **opts).xs[-1]
+        errors.append(np.sqrt(np.mean(np.sum((approx - exact) ** 2, axis=1))))  # RMS over tokens
+    # the strong error of the random-batch method scales like sqrt(dt/(p−1)): ~2× per 4× in p;
+    # require a clear decrease at each step (measured RMS over 3 keys: 0.09–0.10, 0.031–0.035, 0.011–0.013)
+    assert errors[0] > 1.5 * errors[1] > 2.25 * errors[2], errors
+    with pytest.raises(ValueError, match=r"`p` must be an integer in \[2, n\]"):
+        random_batch.solve_random_batch(k, x, p=1, key=jax.random.key(0), **opts)
+
+
+def test_snapshot_groups_give_identical_results():
+    n = 16
+    k = make_kernel(GAUGES["rope_full_period"](n), FACTORS["distance_bias"](n), beta=1.0)
+    field = dynamics.make_vector_field(k)
+    x0 = jnp.stack([uniform(n, 3, seed=s) for s in range(2)])
+    opts = dict(integrator=integrators.RK4(), dt=0.02, t_end=1.2, save_every=0.1, noise=0.1)
+    one = solve(field, x0, snapshots_per_call=1, **opts)
+    grouped = solve(field, x0, snapshots_per_call=4, **opts)
+    auto = solve(field, x0, **opts)  # tiny problem: the automatic group is the whole run (12 snapshots)
+    for traj in (grouped, auto):
+        # the same steps and noise keys in nested scans: bitwise equal
+        np.testing.assert_array_equal(traj.xs, one.xs)
+        np.testing.assert_array_equal(traj.ts, one.ts)
+        assert traj.steps == one.steps == 60
+    with pytest.raises(ValueError, match=r"`snapshots_per_call` must be a positive divisor .*\(12\); got 5"):
+        solve(field, x0, snapshots_per_call=5, **opts)
+
+
+def test_nonfinite_inside_a_snapshot_group():
+    def field(x):  # finite until the first coordinate of token 0 passes 0.5, then NaN
+        v = jnp.zeros_like(x).at[:, 0].set(1.0)
+        return jnp.where(x[0, 0] > 0.5, jnp.nan, 1.0) * sphere.project(x, v)
+
+    x0 = sphere.normalize(jnp.array([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]))
+    traj = solve(
+        field, x0, integrator=integrators.Euler(), dt=0.01, t_end=2.0, save_every=0.1, snapshots_per_call=20
+    )
+    assert traj.status == "nonfinite" and np.all(np.isfinite(traj.xs))
+    reference = solve(
+        field, x0, integrator=integrators.Euler(), dt=0.01, t_end=2.0, save_every=0.1, snapshots_per_call=1
+    )
+    np.testing.assert_array_equal(traj.xs, reference.xs)  # stops at the same last finite snapshot
+    assert 1 < len(traj.ts) < 21 and traj.steps == reference.steps
