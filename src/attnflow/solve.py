@@ -73,6 +73,15 @@ def snapshot_count(t_end: float, save_every: float) -> int:
     return int(round(t_end / save_every)) + 1
 
 
+def _check_whole_multiple(name: str, total: float, step_name: str, step: float) -> None:
+    ratio = total / step
+    if round(ratio) < 1 or abs(ratio - round(ratio)) > 1e-9 * max(1.0, ratio):
+        raise ValueError(
+            f"solve: `{name}` must be a whole multiple of `{step_name}` = {step!r}; got {total!r} "
+            f"(ratio {ratio:.6g})."
+        )
+
+
 def _finite(x):
     return jnp.all(jnp.isfinite(x))
 
@@ -103,10 +112,13 @@ def _adaptive_chunk(field, integrator, max_steps):
             x, h, t, steps = state
             h_try = jnp.minimum(h, t_target - t)
             x_new, err = integrator.step_with_error(field, x, h_try)
-            accept = err <= 1.0
+            # A non-finite error means the state left the reals: keep it (status "nonfinite") and stop.
+            broken = ~jnp.isfinite(err)
+            accept = (err <= 1.0) | broken
             # A step shortened to land on the snapshot time does not shrink the next one.
             h_next = jnp.where(accept & (h_try < h), h, integrator.next_dt(h_try, err))
-            return jnp.where(accept, x_new, x), h_next, jnp.where(accept, t + h_try, t), steps + 1
+            t_next = jnp.where(broken, t_target, jnp.where(accept, t + h_try, t))
+            return jnp.where(accept, x_new, x), h_next, t_next, steps + 1
 
         h, t = carry
         x, h, t, steps = jax.lax.while_loop(cond, body, (x, h, t, jnp.asarray(0)))
@@ -197,6 +209,9 @@ def solve(
         raise ValueError(
             "solve: `noise` > 0 needs a fixed-step method (euler, rk4, geodesic_rk4); got adaptive."
         )
+    _check_whole_multiple("t_end", t_end, "save_every", save_every)
+    if not integrator.adaptive:
+        _check_whole_multiple("save_every", save_every, "dt", dt)
     n_snapshots = snapshot_count(t_end, save_every)
     batched = x0.ndim == 3
     key = jax.random.key(0) if key is None else key
