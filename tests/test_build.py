@@ -73,3 +73,12 @@ def test_dtype_and_block_size_options():
 def test_stiffness_warning():
     with pytest.warns(UserWarning, match="solver.dt"):
         build(cfg(model={"n": 8, "beta": 5.0}, solver={"dt": 0.1, "t_end": 1.0, "save_every": 0.1}))
+
+
+def test_package_import_exposes_the_api_without_plotting():
+    import subprocess
+    import sys
+
+    code = "import sys, attnflow; print(attnflow.Kernel.__name__, 'matplotlib' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["Kernel", "False"]  # the public API is there; matplotlib was not imported

@@ -1,8 +1,39 @@
-"""attnflow: mean-field self-attention dynamics with frozen auxiliary variables."""
+"""attnflow: mean-field self-attention dynamics with frozen auxiliary variables.
+
+Importing the package enables float64 in JAX (the library's default precision; float32 is a
+per-run option). The names below are the main public objects; the modules (``attnflow.solve``,
+``attnflow.build``, ...) hold the functions. Plotting is not imported here.
+"""
 
 import jax
 
-# float64 is the default precision of the library (float32 is a per-run option).
 jax.config.update("jax_enable_x64", True)
 
 __version__ = "0.1.0"
+
+from attnflow.build import Simulation  # noqa: E402
+from attnflow.config import Config, ConfigError, config_from_dict, load_config  # noqa: E402
+from attnflow.dynamics import make_vector_field  # noqa: E402
+from attnflow.integrators import RK4, Adaptive, Euler, GeodesicRK4, make_integrator  # noqa: E402
+from attnflow.kernels import Kernel, Profile, energy, make_profile  # noqa: E402
+from attnflow.solve import Trajectory  # noqa: E402
+
+__all__ = [
+    "RK4",
+    "Adaptive",
+    "Config",
+    "ConfigError",
+    "Euler",
+    "GeodesicRK4",
+    "Kernel",
+    "Profile",
+    "Simulation",
+    "Trajectory",
+    "__version__",
+    "config_from_dict",
+    "energy",
+    "load_config",
+    "make_integrator",
+    "make_profile",
+    "make_vector_field",
+]
