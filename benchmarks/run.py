@@ -1,6 +1,6 @@
 """Speed and memory of attnflow, as ratios against references measured in the same run.
 
-    python benchmarks/run.py            # full run (~20–40 min on 2 cores), writes benchmarks/RESULTS.md
+    python benchmarks/run.py            # full run (~10–15 min on 2 cores), writes benchmarks/RESULTS.md
     python benchmarks/run.py --quick    # a fast subset (~3 min), prints only (unless --out is given)
 
 References, all measured by this script on the machine it runs on:
@@ -350,24 +350,25 @@ def measure_whole_runs(n: int, t_end: float, seeds: int, reps: int) -> dict:
 # ----------------------------------------------------------------------------- block size tuning
 
 
-def measure_blocks(ns: list[int], blocks: list, reps: int) -> list[dict]:
+def measure_blocks(ns: list[int], blocks: list, reps: int, dtype: str = "float64") -> list[dict]:
+    """One field evaluation per (n, block): dense (``None``) or blocked (float64 tiles, float32 rows)."""
     jax = _jax()
     import jax.numpy as jnp
 
     rows = []
     for n in ns:
-        x = jnp.asarray(initial(n, 3, "float64"))
+        x = jnp.asarray(initial(n, 3, dtype))
         for block in blocks:
             if block is not None and block >= n:
                 continue
             if block is None and n > 4096:
                 continue
-            _, field, _ = usa_field(n, 3, "float64", block_size=block)
+            _, field, _ = usa_field(n, 3, dtype, block_size=block)
             f = jax.jit(field)
             f(x).block_until_ready()
             t = time_call(lambda f=f, x=x: f(x).block_until_ready(), reps)
-            rows.append({"n": n, "block": block, "eval_s": t})
-            print(f"  block n={n:6d} block={block!s:>5}: {t * 1e3:9.2f} ms per evaluation", flush=True)
+            rows.append({"n": n, "dtype": dtype, "block": block, "eval_s": t})
+            print(f"  {dtype} n={n:6d} block={block!s:>5}: {t * 1e3:9.2f} ms per evaluation", flush=True)
     return rows
 
 
@@ -735,10 +736,12 @@ def main() -> None:
         )
     base = run_child("memory", dict(n=64, engine="attnflow", steps=2))
 
-    print("\n[5] block size (one evaluation, d = 3, float64)")
-    block_ns = [4096] if quick else [1024, 4096, 16384]
-    blocks = [None, 64, 256] if quick else [None, 16, 32, 64, 128, 256, 512]
-    block_rows = measure_blocks(block_ns, blocks, 3)
+    print("\n[5] block size (one evaluation, d = 3)")
+    if quick:
+        block_rows = measure_blocks([4096], [None, 128, 256], 3)
+    else:
+        block_rows = measure_blocks([512, 1024, 4096, 16384], [None, 64, 128, 256, 512], 5)
+        block_rows += measure_blocks([1024, 2048, 4096, 16384], [None, 128, 256, 512], 5, "float32")
 
     print("\n[6] thread settings (bitwise comparison of the same RK4 run)")
     thread_results = measure_threads()
@@ -888,7 +891,12 @@ def render(res: dict) -> str:
             ]
         )
     header = ["n", "d", "dtype", "block", "Euler", "NumPy", "in-place", "×NumPy", "roofline"]
-    lines += _table(header + ["RK4", "NumPy RK4", "×NumPy", "roofline", "peak RSS"], rows)
+    lines += _table(header + ["RK4", "NumPy RK4", "×NumPy", "roofline", "process peak RSS*"], rows)
+    lines += [
+        "",
+        "\\* of the measuring subprocess, NumPy reference included (its n × n arrays dominate from",
+        "n = 4096); attnflow alone: see the memory table below.",
+    ]
     vw = res["vector_width"]
     if vw is not None:
         lines += [
@@ -949,11 +957,17 @@ def render(res: dict) -> str:
         "One energy evaluation costs about one field evaluation; `run.energy_series` evaluates it once per",
         "snapshot, 1/40 of the RK4 work at the defaults (save_every = 0.1, dt = 0.01): not dominant.",
         "",
-        "## Block size (one field evaluation, d = 3, float64)",
+        "## Block size (one field evaluation, d = 3)",
+        "",
+        "float64 blocks are symmetric tiles (block × block), float32 blocks are row blocks (block rows).",
         "",
     ]
     lines += _table(
-        ["n", "block", "time"], [[r["n"], r["block"] or "dense", fmt_t(r["eval_s"])] for r in res["blocks"]]
+        ["dtype", "n", "block", "time"],
+        [
+            [r.get("dtype", "float64"), r["n"], r["block"] or "dense", fmt_t(r["eval_s"])]
+            for r in res["blocks"]
+        ],
     )
     lines += ["", "## Thread settings (same RK4 run, τ = 0.5, one XLA host device)", ""]
     for n, diffs in res["threads"].items():

@@ -23,8 +23,10 @@ from attnflow import dynamics, factors, gauges, integrators, kernels, random_bat
 from attnflow.build import (
     AUTO_BLOCK_ENTRIES,
     AUTO_BLOCK_MIN,
+    AUTO_BLOCK_ROWS_FLOAT32,
     AUTO_BLOCK_SIZE,
     AUTO_BLOCK_THRESHOLD,
+    AUTO_BLOCK_THRESHOLD_FLOAT32,
     auto_block_size,
 )
 from attnflow.solve import integrate, solve
@@ -216,10 +218,12 @@ def test_results_independent_of_thread_settings(tmp_path):
 
 def test_auto_block_size():
     assert auto_block_size(AUTO_BLOCK_THRESHOLD) is None  # dense up to the threshold
+    assert auto_block_size(AUTO_BLOCK_THRESHOLD_FLOAT32, jnp.float32) is None
     for n in (AUTO_BLOCK_THRESHOLD + 1, 4096, 65536, 10**7):
         assert auto_block_size(n) == AUTO_BLOCK_SIZE  # float64 tiles: memory O(n d + block²) whatever n
+    for n in (AUTO_BLOCK_THRESHOLD_FLOAT32 + 1, 4096, 65536, 10**7):
         rows = auto_block_size(n, jnp.float32)  # float32 row blocks: memory O(n · block)
-        assert AUTO_BLOCK_MIN <= rows <= AUTO_BLOCK_SIZE and rows & (rows - 1) == 0
+        assert AUTO_BLOCK_MIN <= rows <= AUTO_BLOCK_ROWS_FLOAT32 and rows & (rows - 1) == 0
         assert rows * n <= max(AUTO_BLOCK_ENTRIES, AUTO_BLOCK_MIN * n)
 
 

@@ -26,13 +26,19 @@ from attnflow.dynamics import VectorField, make_vector_field
 from attnflow.integrators import Integrator, make_integrator
 from attnflow.kernels import Kernel, make_profile, symmetric_tiles
 
-# Automatic blocking (benchmarks/RESULTS.md, "block size"): above AUTO_BLOCK_THRESHOLD tokens the
-# interaction is blocked. float64: symmetric tiles of AUTO_BLOCK_SIZE × AUTO_BLOCK_SIZE (memory
-# O(n d + block²), 512 KB per tile whatever n). float32: row blocks of at most AUTO_BLOCK_SIZE rows
-# and about AUTO_BLOCK_ENTRIES kernel entries (memory O(n · block)). Measured on 2 cores: the dense
-# path writes n × n arrays per evaluation and falls behind from n ≈ 1000 (≈ 7× slower at n = 4096).
+# Automatic blocking (benchmarks/RESULTS.md, "block size"; 2 cores, one field evaluation).
+# float64: above AUTO_BLOCK_THRESHOLD tokens, symmetric tiles of AUTO_BLOCK_SIZE × AUTO_BLOCK_SIZE
+# (memory O(n d + block²), 512 KB per tile whatever n). Around n = 1000 dense and tiled are within
+# ~1.2× of each other (dense ahead on an idle machine, tiles ahead on a busy one); from n = 4096 the
+# dense path, which writes n × n arrays, is ≥ 3× slower. Tile size: 256 gains most from the second
+# core (idle machine: 512 is at most ~15% faster); when the cores are shared with other work, 128
+# (better single-core efficiency) was up to ~1.8× faster in our runs.
+# float32: the dense path keeps up to AUTO_BLOCK_THRESHOLD_FLOAT32 tokens; above, row blocks of at
+# most AUTO_BLOCK_ROWS_FLOAT32 rows and about AUTO_BLOCK_ENTRIES kernel entries (memory O(n · block)).
 AUTO_BLOCK_THRESHOLD = 512
 AUTO_BLOCK_SIZE = 256
+AUTO_BLOCK_THRESHOLD_FLOAT32 = 2048
+AUTO_BLOCK_ROWS_FLOAT32 = 512
 AUTO_BLOCK_ENTRIES = 2**22  # float32 row blocks: 16 MB per n × block array
 AUTO_BLOCK_MIN = 16
 
@@ -169,14 +175,15 @@ def make_initial(config: Config, gauge: gauges.Gauge, dtype) -> jax.Array:
 
 
 def auto_block_size(n: int, dtype=jnp.float64) -> int | None:
-    """The automatic block size for ``n`` tokens: ``None`` (dense) up to ``AUTO_BLOCK_THRESHOLD``;
-    above, ``AUTO_BLOCK_SIZE`` (the tile edge, float64) or, for float32 row blocks, the largest power
-    of two ``<= min(AUTO_BLOCK_SIZE, AUTO_BLOCK_ENTRIES / n)`` and ``>= AUTO_BLOCK_MIN``."""
-    if n <= AUTO_BLOCK_THRESHOLD:
-        return None
+    """The automatic block size for ``n`` tokens. float64: ``None`` (dense) up to
+    ``AUTO_BLOCK_THRESHOLD``, then ``AUTO_BLOCK_SIZE`` (the tile edge). float32: dense up to
+    ``AUTO_BLOCK_THRESHOLD_FLOAT32``, then row blocks: the largest power of two
+    ``<= min(AUTO_BLOCK_ROWS_FLOAT32, AUTO_BLOCK_ENTRIES / n)``, at least ``AUTO_BLOCK_MIN``."""
     if symmetric_tiles(dtype):
-        return AUTO_BLOCK_SIZE
-    rows = max(AUTO_BLOCK_MIN, min(AUTO_BLOCK_SIZE, AUTO_BLOCK_ENTRIES // n))
+        return None if n <= AUTO_BLOCK_THRESHOLD else AUTO_BLOCK_SIZE
+    if n <= AUTO_BLOCK_THRESHOLD_FLOAT32:
+        return None
+    rows = max(AUTO_BLOCK_MIN, min(AUTO_BLOCK_ROWS_FLOAT32, AUTO_BLOCK_ENTRIES // n))
     return 1 << (rows.bit_length() - 1)
 
 

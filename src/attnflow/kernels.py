@@ -12,21 +12,23 @@
 - ``energy``: ``E = (1/(2n²)) Σ_ij h(z_i, z_j)``, dense or tiled the same way.
 - ``factor_tile``: the factor block ``w[idx_i][:, idx_j]`` from the labels, ``O(b_i b_j)``.
 
-Performance notes (measured on a 2-core x86 CPU, see ``benchmarks/RESULTS.md``). Every kernel of
-the family is symmetric (``S = UUᵀ`` and ``w`` are), so the tiled evaluation computes each tile pair
-``I < J`` once and uses it for both ``g_I += C_IJ v_J`` and ``g_J += C_IJᵀ v_I``: half the
-exponentials of a row-by-row pass (causal sums need only the lower tiles anyway). That is the
-float64 path; in float32 the exponentials are cheap and row blocks (``lax.map``) win
-(``symmetric_tiles``). Per tile the work
-is one ``(b, d) × (d, b)`` product for the logits, one fused elementwise pass (factor, ``exp``,
-masks) and two ``(b, b) × (b, d')`` products; a 256 × 256 float64 tile (512 KB) stays in the L2
-cache, where XLA's CPU matrix product with a handful of columns is fastest. The value matrix is
-zero-padded to a multiple of ``VALUE_COLUMNS`` columns (the product is markedly slower for 3 columns
-than for 4), and for "sa" a column of ones is appended so that the softmax denominators come out of
-the same product instead of a separate reduction. The dense path writes and re-reads ``n × n``
-arrays and falls behind from ``n ≈ 1000``; the automatic choice is
-``attnflow.build.auto_block_size``. Tiled and dense results agree to round-off (the sums are
-regrouped), and neither depends on the number of threads XLA uses.
+Performance notes (measured on a 2-core x86 CPU, see ``benchmarks/RESULTS.md``).
+
+- Every kernel of the family is symmetric (``S = UUᵀ`` and ``w`` are), so the float64 tiled
+  evaluation computes each tile pair ``I < J`` once and uses it for both ``g_I += C_IJ v_J`` and
+  ``g_J += C_IJᵀ v_I``: half the exponentials of a row-by-row pass (causal sums need only the lower
+  tiles anyway). Per tile: one ``(b, d) × (d, b)`` product for the logits, one fused elementwise
+  pass (factor, ``exp``, masks), two ``(b, b) × (b, d')`` products; a 256 × 256 float64 tile
+  (512 KB) stays in the L2 cache. ``Cᵀ`` is materialised before its product: XLA's CPU product
+  contracting the first axis rounds differently depending on the number of cores it is given.
+- In float32 the exponentials are cheap, the small products dominate, and row blocks (``lax.map``)
+  are faster (``symmetric_tiles``).
+- The value matrix is zero-padded to a multiple of ``VALUE_COLUMNS`` columns (the product is
+  markedly slower for 3 columns than for 4); for "sa" a column of ones is appended so that the
+  softmax denominators come out of the same product instead of a separate reduction.
+- The dense path writes and re-reads ``n × n`` arrays and falls behind early; the automatic choice
+  is ``attnflow.build.auto_block_size``. Blocked and dense results agree to round-off (the sums are
+  regrouped), and neither depends on the number of threads or cores XLA uses (bitwise; tested).
 """
 
 from __future__ import annotations
