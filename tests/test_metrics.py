@@ -406,3 +406,13 @@ def test_jit_of_jax_maps():
     ):
         # jit compiles the same arithmetic: round-off agreement.
         assert float(jax.jit(fn)(x)) == pytest.approx(float(fn(x)), abs=1e-14)
+
+
+def test_snapshot_summary_can_skip_the_pairwise_keys():
+    x = np.tile(np.array([[0.0, 0.0, 1.0]]), (5, 1))
+    full = metrics.snapshot_summary(x)
+    cheap = metrics.snapshot_summary(x, pairwise=False)
+    assert (full["n_clusters"], full["n_eff"], full["min_cosine"]) == (1, 1.0, 1.0)  # a Dirac
+    assert (cheap["n_clusters"], cheap["n_eff"], cheap["min_cosine"]) == (None, None, None)
+    others = {k: v for k, v in full.items() if k not in ("n_clusters", "n_eff", "min_cosine")}
+    assert {k: cheap[k] for k in others} == others  # the O(n) keys are unchanged

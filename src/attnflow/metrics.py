@@ -494,6 +494,7 @@ def snapshot_summary(
     groups: Any = None,
     theta_c: float = 0.1,
     axis: Any = (0.0, 0.0, 1.0),
+    pairwise: bool = True,
 ) -> dict[str, float | int | None]:
     """Every SPEC §4 key computable from one snapshot, as plain Python values (JSON-ready).
 
@@ -508,19 +509,26 @@ def snapshot_summary(
     - ``conditional_spread`` is ``None`` without ``groups``.
     - ``azimuth_uniformity`` is ``None`` unless d = 3.
     - Any non-finite value (e.g. ``orbit_residual`` when the gauge-frame mean vanishes) is ``None``.
+    - ``pairwise=False`` skips the ``O(n²)`` keys (``min_cosine``, ``n_clusters``, ``n_eff``: ``None``).
     """
     x = _points(x, "snapshot_summary")
     n, d = x.shape
     q = jnp.broadcast_to(jnp.eye(d, dtype=x.dtype), (n, d, d)) if q is None else q
     u = _gauge_frame(x, q, "snapshot_summary")
-    labels = cluster_labels(x, theta_c=theta_c)
-    p = np.bincount(labels) / n
+    if pairwise:
+        labels = cluster_labels(x, theta_c=theta_c)
+        p = np.bincount(labels) / n
+        pairs = {
+            "min_cosine": _json_float(min_cosine(x)),
+            "n_clusters": int(labels.max()) + 1,
+            "n_eff": _json_float(1.0 / np.sum(p * p)),
+        }
+    else:
+        pairs = {"min_cosine": None, "n_clusters": None, "n_eff": None}
     return {
         "mean_cosine": _json_float(mean_cosine(x)),
         "resultant_deficit": _json_float(resultant_deficit(x)),
-        "min_cosine": _json_float(min_cosine(x)),
-        "n_clusters": int(labels.max()) + 1,
-        "n_eff": _json_float(1.0 / np.sum(p * p)),
+        **pairs,
         "gauge_mean_cosine": _json_float(mean_cosine(u)),
         "gauge_resultant_deficit": _json_float(resultant_deficit(u)),
         "orbit_residual": _json_float(orbit_residual(x, q)),

@@ -58,9 +58,8 @@ def summarize(sim: Simulation, trajectory: Trajectory, *, theta_c: float = 0.1) 
     n = xs.shape[1]
     gauged = not isinstance(sim.kernel.gauge, IdentityGauge)
     q = np.asarray(sim.kernel.gauge.matrices()) if gauged else None
-    final = metrics.snapshot_summary(xs[-1], q=q, groups=sim.groups, theta_c=theta_c)
-    if n > PAIRWISE_LIMIT:
-        final.update(min_cosine=None, n_clusters=None, n_eff=None)
+    pairwise = n <= PAIRWISE_LIMIT
+    final = metrics.snapshot_summary(xs[-1], q=q, groups=sim.groups, theta_c=theta_c, pairwise=pairwise)
     energies = energy_series(sim, xs)
     e_max = energy_max(sim.kernel)
     mean_cos = np.asarray(metrics.series(xs, metrics.mean_cosine))
@@ -73,7 +72,7 @@ def summarize(sim: Simulation, trajectory: Trajectory, *, theta_c: float = 0.1) 
         collapse_time=metrics.collapse_time(ts, mean_cos, threshold=COLLAPSE_THRESHOLD),
         gauge_collapse_time=metrics.collapse_time(ts, gauge_mean_cos, threshold=COLLAPSE_THRESHOLD),
     )
-    n_eff = [None] * len(ts) if n > PAIRWISE_LIMIT else [metrics.n_eff(x, theta_c=theta_c) for x in xs]
+    n_eff = [None] * len(ts) if not pairwise else [metrics.n_eff(x, theta_c=theta_c) for x in xs]
     final["series"] = {
         "t": ts.tolist(),
         "energy": energies.tolist(),
