@@ -178,42 +178,62 @@ _THREAD_SCRIPT = textwrap.dedent(
     """
     import sys
     import jax
-    jax.config.update("jax_enable_x64", True)
     import numpy as np
-    from attnflow import dynamics, factors, gauges, integrators, kernels, sphere
+    import attnflow
+    from attnflow import dynamics, factors, gauges, integrators, kernels, lanes, sphere
     from attnflow.solve import solve
-    n = 1100  # several 256-tiles (the size where XLA's transposed products became core-dependent)
-    g = gauges.make_rope(np.arange(n), 3, gauges.rope_frequencies(3, kind="full_period", n=n))
-    k = kernels.Kernel(g, factors.NoFactor(n), kernels.make_profile("exp", beta=1.0))
-    x0 = sphere.sample_uniform(jax.random.key(0), n, 3)
-    for block in (None, 256):
-        field = dynamics.make_vector_field(k, normalization="sa", block_size=block)
-        traj = solve(field, x0, integrator=integrators.RK4(), dt=0.01, t_end=0.04, save_every=0.02)
-        np.save(sys.argv[1] + f"_{block}.npy", traj.xs)
+    devices = int(sys.argv[2])
+    if devices > 1:
+        attnflow.use_cpu_cores(devices)
+    assert len(lanes.lane_devices()) == devices
+    n = 1100  # 9 tiles of 128: 45 tile pairs dealt into 8 lanes, the last tile padded
+    out = {}
+    for dtype, block in (("float64", None), ("float64", 128), ("float32", 128)):
+        frequencies = gauges.rope_frequencies(3, kind="full_period", n=n)
+        g = gauges.make_rope(np.arange(n), 3, frequencies, dtype=dtype)
+        xi = jax.numpy.arange(n, dtype=dtype) / n
+        factor = factors.DistanceBias(xi=xi, slope=jax.numpy.ones((), dtype))
+        k = kernels.Kernel(g, factor, kernels.make_profile("exp", beta=1.0, dtype=dtype))
+        x0 = sphere.sample_uniform(0, n, 3).astype(dtype)
+        for normalization, causal in (("sa", False), ("usa", True)):
+            opts = dict(normalization=normalization, causal=causal, block_size=block)
+            field = dynamics.make_vector_field(k, **opts)
+            traj = solve(field, x0, integrator=integrators.RK4(), dt=0.01, t_end=0.04, save_every=0.02)
+            out[f"{dtype}_{block}_{normalization}"] = traj.xs
+        out[f"{dtype}_{block}_energy"] = np.asarray(kernels.energy(k, x0, block_size=block))
+    np.savez(sys.argv[1], **out)
     """
 )
 
 
-def _run_with_flags(tmp_path, name, xla_flags, taskset=False):
+def _run_with_flags(tmp_path, name, xla_flags, *, devices=1, taskset=False):
     script = tmp_path / "thread_run.py"
     script.write_text(_THREAD_SCRIPT)
     env = {**os.environ, "XLA_FLAGS": xla_flags, "JAX_PLATFORMS": "cpu"}
-    cmd = (["taskset", "-c", "0"] if taskset else []) + [sys.executable, str(script), str(tmp_path / name)]
-    subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=120)
-    return {b: np.load(tmp_path / f"{name}_{b}.npy") for b in (None, 256)}
+    cmd = (["taskset", "-c", "0"] if taskset else []) + [sys.executable, str(script)]
+    subprocess.run(cmd + [str(tmp_path / f"{name}.npz"), str(devices)], env=env, check=True, timeout=300)
+    return dict(np.load(tmp_path / f"{name}.npz"))
 
 
-def test_results_independent_of_thread_settings(tmp_path):
+def test_results_independent_of_thread_settings_and_devices(tmp_path):
     one_device = "--xla_force_host_platform_device_count=1"
     default = _run_with_flags(tmp_path, "default", one_device)
-    runs = [_run_with_flags(tmp_path, "single", f"{one_device} --xla_cpu_multi_thread_eigen=false")]
+    runs = [
+        _run_with_flags(tmp_path, "single", f"{one_device} --xla_cpu_multi_thread_eigen=false"),
+        _run_with_flags(tmp_path, "two_devices", "", devices=2),  # lanes split over 2 CPU devices
+        _run_with_flags(tmp_path, "eight_devices", "", devices=8),  # one lane per device
+    ]
     if shutil.which("taskset") and len(os.sched_getaffinity(0)) > 1:
         runs.append(_run_with_flags(tmp_path, "one_core", one_device, taskset=True))  # one core visible
     for run in runs:
-        for block in (None, 256):
-            np.testing.assert_array_equal(default[block], run[block])  # bitwise: 0 ulp
-    # tiled = dense: the same sums regrouped by tiles, unit-norm states after 10 RK4 steps: round-off only
-    np.testing.assert_allclose(default[256], default[None], rtol=0, atol=1e-13)
+        assert run.keys() == default.keys()
+        for key in default:
+            np.testing.assert_array_equal(default[key], run[key], err_msg=key)  # bitwise: 0 ulp
+    # tiled = dense: the same sums regrouped by tiles, unit-norm states after 4 RK4 steps: round-off only
+    for normalization in ("sa", "usa"):
+        tiled, dense = default[f"float64_128_{normalization}"], default[f"float64_None_{normalization}"]
+        np.testing.assert_allclose(tiled, dense, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(default["float64_128_energy"], default["float64_None_energy"], rtol=1e-14)
 
 
 def test_auto_block_size():

@@ -1,8 +1,10 @@
 """attnflow: mean-field self-attention dynamics with frozen auxiliary variables.
 
 Importing the package enables float64 in JAX (the library's default precision; float32 is a
-per-run option). The names below are the main public objects; the modules (``attnflow.solve``,
-``attnflow.build``, ...) hold the functions. Plotting is not imported here.
+per-run option). Call ``attnflow.use_cpu_cores()`` before the first computation to run large
+tiled evaluations on every CPU core (``attnflow.lanes``; the results are the same either way).
+The names below are the main public objects; the modules (``attnflow.solve``, ``attnflow.build``,
+...) hold the functions. Plotting is not imported here.
 """
 
 import jax
@@ -16,6 +18,7 @@ from attnflow.config import Config, ConfigError, config_from_dict, load_config  
 from attnflow.dynamics import make_vector_field  # noqa: E402
 from attnflow.integrators import RK4, Adaptive, Euler, GeodesicRK4, make_integrator  # noqa: E402
 from attnflow.kernels import Kernel, Profile, energy, make_profile  # noqa: E402
+from attnflow.lanes import use_cpu_cores  # noqa: E402
 from attnflow.solve import Trajectory  # noqa: E402
 
 __all__ = [
@@ -36,4 +39,5 @@ __all__ = [
     "make_integrator",
     "make_profile",
     "make_vector_field",
+    "use_cpu_cores",
 ]

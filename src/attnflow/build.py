@@ -26,17 +26,16 @@ from attnflow.dynamics import VectorField, make_vector_field
 from attnflow.integrators import Integrator, make_integrator
 from attnflow.kernels import Kernel, make_profile, symmetric_tiles
 
-# Automatic blocking (benchmarks/RESULTS.md, "block size"; 2 cores, one field evaluation).
+# Automatic blocking (benchmarks/RESULTS.md; 2 cores, one field evaluation).
 # float64: above AUTO_BLOCK_THRESHOLD tokens, symmetric tiles of AUTO_BLOCK_SIZE × AUTO_BLOCK_SIZE
-# (memory O(n d + block²), 512 KB per tile whatever n). Around n = 1000 dense and tiled are within
-# ~1.2× of each other (dense ahead on an idle machine, tiles ahead on a busy one); from n = 4096 the
-# dense path, which writes n × n arrays, is ≥ 3× slower. Tile size: 256 gains most from the second
-# core (idle machine: 512 is at most ~15% faster); when the cores are shared with other work, 128
-# (better single-core efficiency) was up to ~1.8× faster in our runs.
+# (memory O(n d + block²) whatever n), dealt into lanes (attnflow.lanes). From n = 4096 the dense
+# path, which writes n × n arrays, is ≥ 3× slower. Tile size: with the lanes on 2 CPU devices, 128
+# was as fast as 256 at n = 16384 and up to 1.3× faster at n = 4096; 64 was slower. The tile size
+# is fixed (not derived from the core count): it sets the summation order, hence the rounding.
 # float32: the dense path keeps up to AUTO_BLOCK_THRESHOLD_FLOAT32 tokens; above, row blocks of at
 # most AUTO_BLOCK_ROWS_FLOAT32 rows and about AUTO_BLOCK_ENTRIES kernel entries (memory O(n · block)).
 AUTO_BLOCK_THRESHOLD = 512
-AUTO_BLOCK_SIZE = 256
+AUTO_BLOCK_SIZE = 128
 AUTO_BLOCK_THRESHOLD_FLOAT32 = 2048
 AUTO_BLOCK_ROWS_FLOAT32 = 512
 AUTO_BLOCK_ENTRIES = 2**22  # float32 row blocks: 16 MB per n × block array

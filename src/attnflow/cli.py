@@ -70,8 +70,10 @@ def run(
 ) -> None:
     """Run one simulation and write its run folder."""
     from attnflow.config import config_hash, load_config
+    from attnflow.lanes import use_cpu_cores
     from attnflow.run import run as run_simulation
 
+    use_cpu_cores()  # large n: the tile lanes run on every core (results do not depend on it)
     with user_errors():
         cfg = load_config(config, set_)
         out = out if out is not None else Path("runs") / config_hash(cfg)

@@ -7,8 +7,9 @@
 - ``attention_sum``: ``g_i = Σ_j C_ij y_j`` with ``C = w ⊙ φ'(U Uᵀ)`` normalised by ``1/n`` ("usa")
   or by its row sums ("sa", the softmax), optionally causal (``j ≤ i``). Evaluated densely (one
   ``n × n`` matrix), or blocked: symmetric tiles of ``block_size × block_size`` (float64;
-  ``lax.scan`` over the tile pairs, memory ``O(n d + block_size²)``) or row blocks of
-  ``block_size`` rows (float32; ``lax.map``, memory ``O(n · block_size)``).
+  ``lax.scan`` over the tile pairs, memory ``O(n d + block_size²)`` per lane) or row blocks of
+  ``block_size`` rows (float32; ``lax.map``, memory ``O(n · block_size)`` per lane). The tile
+  pairs or row blocks are dealt into lanes that run on every CPU core (``attnflow.lanes``).
 - ``energy``: ``E = (1/(2n²)) Σ_ij h(z_i, z_j)``, dense or tiled the same way.
 - ``factor_tile``: the factor block ``w[idx_i][:, idx_j]`` from the labels, ``O(b_i b_j)``.
 
@@ -18,9 +19,13 @@ Performance notes (measured on a 2-core x86 CPU, see ``benchmarks/RESULTS.md``).
   evaluation computes each tile pair ``I < J`` once and uses it for both ``g_I += C_IJ v_J`` and
   ``g_J += C_IJᵀ v_I``: half the exponentials of a row-by-row pass (causal sums need only the lower
   tiles anyway). Per tile: one ``(b, d) × (d, b)`` product for the logits, one fused elementwise
-  pass (factor, ``exp``, masks), two ``(b, b) × (b, d')`` products; a 256 × 256 float64 tile
-  (512 KB) stays in the L2 cache. ``Cᵀ`` is materialised before its product: XLA's CPU product
+  pass (factor, ``exp``, causal mask), two ``(b, b) × (b, d')`` products; a 128 × 128 float64
+  tile (128 KB) stays in the L2 cache. ``u`` and the values are zero-padded to whole tiles, so
+  no padding mask is needed. ``Cᵀ`` is materialised before its product: XLA's CPU product
   contracting the first axis rounds differently depending on the number of cores it is given.
+- XLA parallelises each operation over the cores, which does not pay for small tiles (one core
+  alone was faster than two at 256 × 256); the lanes give each core whole tile sequences instead
+  (2 cores: 1.8–2× faster than one device at n = 4096).
 - In float32 the exponentials are cheap, the small products dominate, and row blocks (``lax.map``)
   are faster (``symmetric_tiles``).
 - The value matrix is zero-padded to a multiple of ``VALUE_COLUMNS`` columns (the product is
@@ -28,7 +33,8 @@ Performance notes (measured on a 2-core x86 CPU, see ``benchmarks/RESULTS.md``).
   softmax denominators come out of the same product instead of a separate reduction.
 - The dense path writes and re-reads ``n × n`` arrays and falls behind early; the automatic choice
   is ``attnflow.build.auto_block_size``. Blocked and dense results agree to round-off (the sums are
-  regrouped), and neither depends on the number of threads or cores XLA uses (bitwise; tested).
+  regrouped), and neither depends on the number of threads, cores or CPU devices XLA uses
+  (bitwise; tested).
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnflow import factors
+from attnflow import factors, lanes
 from attnflow.factors import Factor
 from attnflow.gauges import Gauge
 
@@ -97,16 +103,19 @@ class Kernel:
         return self.gauge.n
 
 
-def _row_blocks(fn, n: int, block_size: int | None):
-    """Evaluate ``fn(idx) -> (b, ...)`` over all rows, in one block or in blocks of ``block_size``.
+def _row_blocks(fn, operands, n: int, block_size: int | None):
+    """Evaluate ``fn(operands, idx) -> (b, ...)`` over all rows, in one block or in blocks of
+    ``block_size`` rows dealt into lanes (``attnflow.lanes``).
 
     Rows past ``n`` (padding of the last block) are clamped to ``n − 1`` and dropped afterwards.
     """
     if block_size is None or block_size >= n:
-        return fn(jnp.arange(n))
+        return fn(operands, jnp.arange(n))
     n_blocks = -(-n // block_size)
-    idx = jnp.minimum(jnp.arange(n_blocks * block_size), n - 1).reshape(n_blocks, block_size)
-    out = jax.lax.map(fn, idx)
+    blocks, _ = lanes.deal(np.minimum(np.arange(n_blocks * block_size), n - 1).reshape(n_blocks, block_size))
+    out = lanes.lane_map(lambda ops, lane: jax.lax.map(lambda idx: fn(ops, idx), lane), operands, blocks)
+    # lane l holds blocks l, l + LANES, ...: back to block order, then drop the padding
+    out = jnp.swapaxes(out, 0, 1).reshape(-1, block_size, *out.shape[3:])[:n_blocks]
     return out.reshape(n_blocks * block_size, *out.shape[2:])[:n]
 
 
@@ -121,14 +130,22 @@ def symmetric_tiles(dtype) -> bool:
 
 
 def _tiles(n: int, tile: int, *, lower: bool):
-    """The tile layout of an ``n × n`` symmetric computation: token indices ``idx (m, tile)`` (the
-    padding of the last tile clamped to ``n − 1``), ``valid (m, tile)``, and the tile pairs
-    ``(I, J)`` with ``I <= J`` (or ``J <= I`` when ``lower``), as arrays."""
+    """The tile layout of an ``n × n`` symmetric computation on ``m = ⌈n / tile⌉`` tiles of slots:
+    ``labels (m, tile)`` (the token of each slot; padding slots clamped to ``n − 1``), ``valid
+    (m, tile)``, and the tile pairs ``(I, J)`` with ``I <= J`` (or ``J <= I`` when ``lower``) dealt
+    into lanes (``lanes.deal``): ``pairs (LANES, k, 2)`` and the mask ``real (LANES, k)``."""
     m = -(-n // tile)
     slots = np.arange(m * tile)
-    idx = np.minimum(slots, n - 1).reshape(m, tile)
-    rows, cols = np.tril_indices(m) if lower else np.triu_indices(m)
-    return jnp.asarray(idx), jnp.asarray((slots < n).reshape(m, tile)), (jnp.asarray(rows), jnp.asarray(cols))
+    labels = np.minimum(slots, n - 1).reshape(m, tile)
+    pairs, real = lanes.deal(np.stack(np.tril_indices(m) if lower else np.triu_indices(m), axis=1))
+    valid = (slots < n).reshape(m, tile)
+    return jnp.asarray(labels), jnp.asarray(valid), (jnp.asarray(pairs), jnp.asarray(real))
+
+
+def _tiled_rows(a: jax.Array, tile: int) -> jax.Array:
+    """``a (n, k)`` zero-padded to whole tiles and reshaped to ``(m, tile, k)``."""
+    n = a.shape[0]
+    return jnp.pad(a, ((0, -n % tile), (0, 0))).reshape(-1, tile, a.shape[1])
 
 
 def factor_tile(factor, idx_i: jax.Array, idx_j: jax.Array, dtype) -> jax.Array:
@@ -170,38 +187,44 @@ def attention_weights(kernel: Kernel, u: jax.Array, idx: jax.Array, *, causal: b
     return weights
 
 
-def _tile_weights(kernel: Kernel, u, ii, jj, ok_i, ok_j, *, causal: bool):
-    """Weights of the tile ``(ii, jj)``: zero on padding slots and, when ``causal``, above the diagonal."""
-    s = u[ii] @ u[jj].T
-    w = factor_tile(kernel.factor, ii, jj, u.dtype) * kernel.profile.dphi_unit(s).astype(u.dtype)
-    mask = ok_i[:, None] & ok_j[None, :]
-    if causal:
-        mask = mask & (jj[None, :] <= ii[:, None])
-    return jnp.where(mask, w, 0.0)
-
-
 def _tiled_sum(kernel: Kernel, u, padded, tile: int, *, causal: bool):
     """``Σ_j C_ij padded_j`` by symmetric tiles: the kernel matrix is symmetric, so each tile pair
     ``I < J`` is evaluated once and serves both ``g_I += C_IJ v_J`` and ``g_J += C_IJᵀ v_I``
-    (half the exponentials of a row-block pass); causal sums need the lower tiles only."""
-    n = u.shape[0]
-    idx, valid, pairs = _tiles(n, tile, lower=causal)
+    (half the exponentials of a row-block pass); causal sums need the lower tiles only. The pairs
+    are spread over lanes (``attnflow.lanes``), one accumulator per lane.
 
-    def body(g, pair):
+    ``u`` and the values are zero-padded to whole tiles: a padding slot has finite weights and a
+    zero value, so it adds exact zeros to the real rows (no mask), and its own row is dropped.
+    """
+    n = u.shape[0]
+    labels, _, lane_pairs = _tiles(n, tile, lower=causal)
+    operands = (kernel.factor, kernel.profile, labels, _tiled_rows(u, tile), _tiled_rows(padded, tile))
+
+    def add_tile(ops, g, pair):
+        factor, profile, labels, ut, vt = ops
         i, j = pair
-        ii, jj = idx[i], idx[j]
-        w = _tile_weights(kernel, u, ii, jj, valid[i], valid[j], causal=causal)
-        g = g.at[i].add(w @ padded[jj])
+        w = factor_tile(factor, labels[i], labels[j], u.dtype)
+        w = w * profile.dphi_unit(ut[i] @ ut[j].T).astype(u.dtype)
+        if causal:  # lower tiles only: above the diagonal only inside the diagonal tiles
+            local = jnp.arange(tile)
+            w = jnp.where((i != j) | (local[None, :] <= local[:, None]), w, 0.0)
+        g = g.at[i].add(w @ vt[j])
         if not causal:
             # Cᵀ v with Cᵀ materialised (the barrier stops XLA from folding the transpose into the
             # product): XLA's CPU dot contracting the first axis of C rounds differently depending
             # on the number of cores it is given; the plain (b, b) × (b, d') product does not
             w_t = jax.lax.optimization_barrier(w.T)
-            g = g.at[j].add(jnp.where(i != j, w_t @ padded[ii], 0.0))
-        return g, None
+            g = g.at[j].add(jnp.where(i != j, w_t @ vt[i], 0.0))
+        return g
 
-    g0 = jnp.zeros((idx.shape[0], tile, padded.shape[1]), u.dtype)
-    g, _ = jax.lax.scan(body, g0, pairs)
+    def scan_lane(ops, lane):
+        def step(g, item):
+            pair, real = item
+            return jax.lax.cond(real, lambda g: add_tile(ops, g, pair), lambda g: g, g), None
+
+        return jax.lax.scan(step, jnp.zeros_like(ops[-1]), lane)[0]
+
+    g = lanes.lane_sum(scan_lane, operands, lane_pairs)
     return g.reshape(-1, padded.shape[1])[:n]
 
 
@@ -231,8 +254,8 @@ def attention_sum(
     elif symmetric_tiles(u.dtype):
         summed = _tiled_sum(kernel, u, padded, int(block_size), causal=causal)
     else:
-        rows = lambda idx: attention_weights(kernel, u, idx, causal=causal) @ padded  # noqa: E731
-        summed = _row_blocks(rows, n, int(block_size))
+        rows = lambda ops, idx: attention_weights(ops[0], ops[1], idx, causal=causal) @ ops[2]  # noqa: E731
+        summed = _row_blocks(rows, (kernel, u, padded), n, int(block_size))
     if sa:
         return summed[:, :dv] / summed[:, dv : dv + 1]
     return summed[:, :dv] * (kernel.profile.scale / n).astype(u.dtype)
@@ -244,22 +267,31 @@ def energy(kernel: Kernel, x: jax.Array, *, block_size: int | None = None) -> ja
     n = u.shape[0]
     if block_size is None or block_size >= n or not symmetric_tiles(u.dtype):
 
-        def rows(idx):
+        def rows(ops, idx):
+            kernel, u = ops
             w = jnp.broadcast_to(kernel.factor.rows(idx).astype(u.dtype), (idx.shape[0], n))
             return jnp.sum(w * kernel.profile.phi(u[idx] @ u.T).astype(u.dtype), axis=1)
 
-        return jnp.sum(_row_blocks(rows, n, block_size)) / (2.0 * n * n)
-    idx, valid, pairs = _tiles(n, int(block_size), lower=False)
+        return jnp.sum(_row_blocks(rows, (kernel, u), n, block_size)) / (2.0 * n * n)
+    tile = int(block_size)
+    labels, valid, lane_pairs = _tiles(n, tile, lower=False)
+    operands = (kernel.factor, kernel.profile, labels, valid, _tiled_rows(u, tile))
 
-    def body(total, pair):
+    def tile_sum(ops, pair):
+        factor, profile, labels, valid, ut = ops
         i, j = pair
-        ii, jj = idx[i], idx[j]
-        w = factor_tile(kernel.factor, ii, jj, u.dtype)
-        h = jnp.where(valid[i][:, None] & valid[j][None, :], w * kernel.profile.phi(u[ii] @ u[jj].T), 0.0)
-        return total + jnp.where(i == j, 1.0, 2.0) * jnp.sum(h), None  # tile (J, I) = tile (I, J)ᵀ
+        w = factor_tile(factor, labels[i], labels[j], u.dtype)
+        h = jnp.where(valid[i][:, None] & valid[j][None, :], w * profile.phi(ut[i] @ ut[j].T), 0.0)
+        return jnp.where(i == j, 1.0, 2.0) * jnp.sum(h)  # tile (J, I) = tile (I, J)ᵀ
 
-    total, _ = jax.lax.scan(body, jnp.zeros((), u.dtype), pairs)
-    return total / (2.0 * n * n)
+    def scan_lane(ops, lane):
+        def step(total, item):
+            pair, real = item
+            return total + jnp.where(real, tile_sum(ops, pair), 0.0), None
+
+        return jax.lax.scan(step, jnp.zeros((), u.dtype), lane)[0]
+
+    return lanes.lane_sum(scan_lane, operands, lane_pairs) / (2.0 * n * n)
 
 
 def logits(kernel: Kernel, x: jax.Array) -> jax.Array:
