@@ -94,8 +94,14 @@ def numpy_run(x: np.ndarray, *, steps: int, save_every_steps: int, field=numpy_f
 
 
 def _jax():
+    """JAX with float64 and, as the CLI does, every core as a CPU device (``use_cpu_cores``; the
+    count can be forced with ``ATTNFLOW_BENCH_DEVICES``): called before any computation."""
     import jax
 
+    from attnflow.lanes import use_cpu_cores
+
+    forced = os.environ.get("ATTNFLOW_BENCH_DEVICES")
+    use_cpu_cores(int(forced) if forced else None)
     jax.config.update("jax_enable_x64", True)
     return jax
 
@@ -294,7 +300,9 @@ def measure_whole_runs(n: int, t_end: float, seeds: int, reps: int) -> dict:
     """RK4 runs of τ = t_end with snapshots every 0.1: attnflow ``solve`` vs the NumPy loop.
 
     attnflow's run time excludes the one-time compilation: it is read from the snapshot callbacks,
-    from the end of the first chunk to the end of the last, scaled by chunks / (chunks − 1).
+    from the first one after the initial snapshot (snapshot ``k₁``: small runs group several
+    snapshots per compiled call) to the last (snapshot ``K``), scaled by ``K / (K − k₁)``; when one
+    call holds every snapshot, it is the whole wall time less the compilation.
     """
     _jax()
     import jax.numpy as jnp
@@ -304,7 +312,6 @@ def measure_whole_runs(n: int, t_end: float, seeds: int, reps: int) -> dict:
 
     _, field, _ = usa_field(n, 3, "float64")
     steps = int(round(t_end / DT))
-    chunks = int(round(t_end / 0.1))
     x0s = [initial(n, 3, "float64", seed=s) for s in range(seeds)]
     single, batch = {}, {}
     for _ in range(reps):
@@ -313,8 +320,8 @@ def measure_whole_runs(n: int, t_end: float, seeds: int, reps: int) -> dict:
 
             def mark(k, t, x, marks=marks):
                 if k >= 1:
-                    marks.setdefault("first", (time.perf_counter(), os.times()))
-                    marks["last"] = (time.perf_counter(), os.times())
+                    marks.setdefault("first", (time.perf_counter(), os.times(), k))
+                    marks["last"] = (time.perf_counter(), os.times(), k)
 
             start = time.perf_counter()
             traj = solve(
@@ -327,14 +334,18 @@ def measure_whole_runs(n: int, t_end: float, seeds: int, reps: int) -> dict:
                 on_snapshot=mark,
             )
             wall = time.perf_counter() - start
-            (w1, c1), (w2, c2) = marks["first"], marks["last"]
-            scale = chunks / (chunks - 1)
+            (w1, c1, k1), (w2, c2, k2) = marks["first"], marks["last"]
+            if k2 > k1:
+                scale = k2 / (k2 - k1)
+                run_wall, run_cpu = (w2 - w1) * scale, (c2.user + c2.system - c1.user - c1.system) * scale
+            else:  # one compiled call for the whole run: wall time less compilation, no CPU time
+                run_wall, run_cpu = wall - traj.compile_time_s, float("nan")
             ref_wall, ref_cpu = timed(
                 lambda x0=x0: [numpy_run(x, steps=steps, save_every_steps=10) for x in x0.reshape(-1, n, 3)]
             )
             for key, value in (
-                ("attnflow_s", (w2 - w1) * scale),
-                ("attnflow_cpu_s", (c2.user + c2.system - c1.user - c1.system) * scale),
+                ("attnflow_s", run_wall),
+                ("attnflow_cpu_s", run_cpu),
                 ("attnflow_total_s", wall),
                 ("compile_s", traj.compile_time_s),
                 ("numpy_s", ref_wall),
@@ -557,7 +568,7 @@ def child_thread(n: int, out: str) -> dict:
     x0 = jnp.asarray(initial(n, 3, "float64"))
     traj = solve(field, x0, integrator=integrators.RK4(), dt=DT, t_end=0.5, save_every=0.1)
     np.save(out, traj.xs)
-    return {"n": n, "threads_seen": jax.local_device_count()}
+    return {"n": n, "devices_seen": jax.local_device_count()}
 
 
 def child_random_batch_large(n: int, p: int) -> dict:
@@ -620,6 +631,7 @@ def machine_description() -> dict:
         "numpy": np.__version__,
         "jax": f"{jax.__version__} (jaxlib {jaxlib.__version__})",
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "devices": len(__import__("attnflow.lanes", fromlist=["lane_devices"]).lane_devices()),
         "blas": _blas_name(),
     }
 
@@ -705,12 +717,6 @@ def main() -> None:
                     f"(NumPy {fmt_t(r4.get('numpy_s'))}); RSS {row['max_rss_mb']:.0f} MB",
                     flush=True,
                 )
-    vw_row = None
-    if not quick:
-        flags = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_prefer_vector_width=512").strip()
-        params = dict(n=4096, d=3, dtype="float64", reps=3, with_numpy=False, target_s=0.5)
-        vw_row = run_child("steps", params, env_extra={"XLA_FLAGS": flags})
-        print(f"  n=4096 d=3 float64, vector width 512: euler {fmt_t(vw_row['euler']['attnflow_s'])}")
 
     print("\n[3] whole runs, n = 256, d = 3, RK4, dt = 0.01")
     whole = measure_whole_runs(256, 2.0 if quick else 20.0, 10, 1 if quick else 2)
@@ -743,7 +749,7 @@ def main() -> None:
         block_rows = measure_blocks([512, 1024, 4096, 16384], [None, 64, 128, 256, 512], 5)
         block_rows += measure_blocks([1024, 2048, 4096, 16384], [None, 128, 256, 512], 5, "float32")
 
-    print("\n[6] thread settings (bitwise comparison of the same RK4 run)")
+    print("\n[6] thread and device settings (bitwise comparison of the same RK4 run)")
     thread_results = measure_threads()
 
     print("\n[7] float32 vs float64 (RK4 dt = 0.01, to t = 20)")
@@ -761,7 +767,6 @@ def main() -> None:
         info=info,
         rates=rates,
         steps=step_rows,
-        vector_width=vw_row,
         whole=whole,
         memory=mem_rows,
         baseline=base,
@@ -783,14 +788,20 @@ def main() -> None:
 
 
 def measure_threads() -> dict:
+    """The same RK4 run under several thread and CPU-device settings, against one device."""
     results = {}
-    one = "--xla_force_host_platform_device_count=1"
+    one = {"ATTNFLOW_BENCH_DEVICES": "1"}
+    cores = os.cpu_count() or 1
     variants = {
-        "default": ({"XLA_FLAGS": one}, None),
-        "Eigen single-threaded": ({"XLA_FLAGS": f"{one} --xla_cpu_multi_thread_eigen=false"}, None),
+        "default (one device)": (one, None),
+        "Eigen single-threaded": ({**one, "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false"}, None),
+        "2 CPU devices": ({"ATTNFLOW_BENCH_DEVICES": "2"}, None),
+        "8 CPU devices": ({"ATTNFLOW_BENCH_DEVICES": "8"}, None),
     }
+    if cores not in (1, 2, 8):
+        variants[f"{cores} CPU devices"] = ({"ATTNFLOW_BENCH_DEVICES": str(cores)}, None)
     if shutil.which("taskset"):
-        variants["one core (taskset -c 0)"] = ({"XLA_FLAGS": one}, ["taskset", "-c", "0"])
+        variants["one core (taskset -c 0)"] = (one, ["taskset", "-c", "0"])
     with tempfile.TemporaryDirectory() as tmp:
         for n in (256, 2048):
             arrays = {}
@@ -798,13 +809,17 @@ def measure_threads() -> dict:
                 path = str(Path(tmp) / f"{n}_{len(arrays)}.npy")
                 run_child("thread", dict(n=n, out=path), env_extra=env, prefix=prefix)
                 arrays[name] = np.load(path)
-            results[n] = {name: float(np.abs(a - arrays["default"]).max()) for name, a in arrays.items()}
-            print(f"  n={n}: max |difference| vs default: {results[n]}", flush=True)
+            reference = arrays["default (one device)"]
+            results[n] = {name: float(np.abs(a - reference).max()) for name, a in arrays.items()}
+            print(f"  n={n}: max |difference| vs one device: {results[n]}", flush=True)
     return results
 
 
 def _ratio(a, b):
-    return None if a is None or b is None or b == 0 else a / b
+    """``a / b``, or None where either is missing (None, not finite) or ``b`` is 0."""
+    if a is None or b is None or not (np.isfinite(a) and np.isfinite(b)) or b == 0:
+        return None
+    return a / b
 
 
 def _table(header: list[str], rows: list[list]) -> list[str]:
@@ -825,7 +840,8 @@ def render(res: dict) -> str:
         f"- `uname -a`: `{info['uname']}`",
         f"- CPU: {info['cpu']}, {info['cores']} cores, {info['memory_gb']} GB RAM",
         f"- Python {info['python']}, NumPy {info['numpy']} ({info['blas']}), JAX {info['jax']}",
-        f"- `XLA_FLAGS`: `{info['xla_flags'] or '(unset)'}`",
+        f"- `XLA_FLAGS`: `{info['xla_flags'] or '(unset)'}`; attnflow runs on {info.get('devices', 1)} CPU "
+        "device(s) (`attnflow.use_cpu_cores()`, as the CLI does: the tile lanes of `attnflow.lanes`)",
         f"- load average (1, 5, 15 min): {loads[0]} at the start, {loads[1]} at the end. The machine is",
         "  shared; wall times are the minimum over repetitions with NumPy and attnflow interleaved, and the",
         "  process CPU time (all threads) is given next to them as a contention-robust cross-check.",
@@ -897,14 +913,6 @@ def render(res: dict) -> str:
         "\\* of the measuring subprocess, NumPy reference included (its n × n arrays dominate from",
         "n = 4096); attnflow alone: see the memory table below.",
     ]
-    vw = res["vector_width"]
-    if vw is not None:
-        lines += [
-            "",
-            "With `XLA_FLAGS=--xla_cpu_prefer_vector_width=512` (AVX-512 code for `exp`), n = 4096, d = 3,",
-            f"float64: Euler step {fmt_t(vw['euler']['attnflow_s'])}, "
-            f"RK4 step {fmt_t(vw['rk4']['attnflow_s'])}.",
-        ]
     whole = res["whole"]
     s, b = whole["single"], whole["batch"]
     lines += [
@@ -969,10 +977,10 @@ def render(res: dict) -> str:
             for r in res["blocks"]
         ],
     )
-    lines += ["", "## Thread settings (same RK4 run, τ = 0.5, one XLA host device)", ""]
+    lines += ["", "## Thread and device settings (same RK4 run, τ = 0.5, RoPE, automatic block size)", ""]
     for n, diffs in res["threads"].items():
         parts = ", ".join(f"{k}: {v:.1e}" for k, v in diffs.items())
-        lines.append(f"- n = {n}: max |difference| vs default — {parts}")
+        lines.append(f"- n = {n}: max |difference| vs one CPU device — {parts}")
     lines += ["", "## float32 vs float64 (RK4, dt = 0.01; max over tokens and seeds)", ""]
     lines += _table(
         [
