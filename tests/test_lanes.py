@@ -65,3 +65,17 @@ def test_use_cpu_cores_after_start():
         lanes.use_cpu_cores(have + 1)
     with pytest.raises(ValueError, match=r"use_cpu_cores: `count` must be a positive integer; got 0\."):
         lanes.use_cpu_cores(0)
+
+
+def test_batch_on_devices_equals_single_calls():
+    def fn(x, scale, offset):
+        return {"y": jnp.exp(scale * x) @ x.T + offset, "norm": jnp.linalg.norm(x)}
+
+    xs = jnp.asarray(np.random.default_rng(1).standard_normal((5, 4, 3)))
+    offsets = jnp.arange(5.0)
+    out = jax.jit(lanes.batch_on_devices(fn, in_axes=(0, None, 0)))(xs, 0.5, offsets)
+    assert out["y"].shape == (5, 4, 4) and out["norm"].shape == (5,)
+    for k in range(5):
+        single = jax.jit(fn)(xs[k], 0.5, offsets[k])
+        np.testing.assert_array_equal(out["y"][k], single["y"])  # the unbatched program, bitwise
+        np.testing.assert_array_equal(out["norm"][k], single["norm"])

@@ -8,6 +8,9 @@ with its own accumulator, and the lanes run on as many CPU devices as divide ``L
 ``LANES`` only, never on the device count, so the result is bitwise the same on 1, 2, 4 or 8
 devices (tested).
 
+A batch of runs (seeds) is dealt to the same devices (``batch_on_devices``): each run is computed
+whole on one device, as the unbatched program.
+
 JAX shows one CPU device unless told otherwise before its backend starts: ``use_cpu_cores()``
 does that (the CLI and the benchmark call it; a Python user calls it before the first
 computation). Without it everything runs on one device, with identical results.
@@ -15,13 +18,17 @@ computation). Without it everything runs on one device, with identical results.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
 LANES = 8  # fixed: the summation order, hence the rounding, must not depend on the machine
+_ONE_DEVICE = contextvars.ContextVar("attnflow_lanes_one_device", default=False)
 
 
 def available_cores() -> int:
@@ -60,7 +67,7 @@ def use_cpu_cores(count: int | None = None) -> int:
 def lane_devices() -> list:
     """The devices the lanes run on: as many CPU devices as divide ``LANES`` (one on accelerators)."""
     devices = jax.devices()
-    if devices[0].platform != "cpu":
+    if devices[0].platform != "cpu" or _ONE_DEVICE.get():
         return devices[:1]
     count = max(c for c in range(1, LANES + 1) if LANES % c == 0 and c <= len(devices))
     return devices[:count]
@@ -109,3 +116,61 @@ def lane_sum(lane_fn, operands, lanes):
     for lane in range(1, LANES):
         total = jax.tree.map(lambda t, p, lane=lane: t + p[lane], total, partials)
     return total
+
+
+@contextlib.contextmanager
+def _one_device():
+    """While tracing the share of one device: lanes inside it stay on that device."""
+    token = _ONE_DEVICE.set(True)
+    try:
+        yield
+    finally:
+        _ONE_DEVICE.reset(token)
+
+
+def batch_on_devices(fn, in_axes):
+    """``fn`` over a batch (``in_axes``: 0 or None per positional argument; outputs batched on axis 0).
+
+    On a CPU the runs are dealt to the lane devices in contiguous shares (the last padded with
+    copies of the last run) and each device computes its runs one after the other (``lax.map``):
+    every run is the unbatched program, so the results equal single runs bitwise, whatever the
+    number of devices. Measured on 2 cores (n = 256, RK4, 10 seeds): 2× faster than one ``vmap``
+    over the batch, whose batched products XLA's CPU backend runs poorly and rounds differently
+    for different batch sizes. On an accelerator: one ``jax.vmap`` over the batch.
+    """
+    if jax.devices()[0].platform != "cpu":
+        return jax.vmap(fn, in_axes=in_axes)
+    batch_positions = [i for i, axis in enumerate(in_axes) if axis == 0]
+
+    def run_shares(shared, runs):  # runs: the batched arguments, (share, ...) each
+        def one(run):
+            args = list(shared)
+            for i, a in zip(batch_positions, run, strict=True):
+                args[i] = a
+            return fn(*args)
+
+        with _one_device():  # lanes inside a run stay on its device
+            return jax.lax.map(one, runs)
+
+    def batched(*args):
+        size = jax.tree.leaves(args[batch_positions[0]])[0].shape[0]
+        devices = lane_devices()[:size]
+        per = -(-size // len(devices))
+
+        def cut(a):  # (size, ...) -> (devices · per, ...), padded with copies of the last run
+            return jnp.concatenate([a, jnp.repeat(a[-1:], len(devices) * per - size, axis=0)])
+
+        shared = [None if axis == 0 else a for a, axis in zip(args, in_axes, strict=True)]
+        runs = tuple(jax.tree.map(cut, args[i]) for i in batch_positions)
+        if len(devices) == 1:
+            return run_shares(shared, runs)
+        out = jax.shard_map(
+            run_shares,
+            mesh=Mesh(np.array(devices), ("lane",)),
+            in_specs=(PartitionSpec(), PartitionSpec("lane")),
+            out_specs=PartitionSpec("lane"),
+            check_vma=False,
+        )(shared, runs)
+        return jax.tree.map(lambda a: a[:size], out)
+
+    return batched
