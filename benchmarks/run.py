@@ -221,9 +221,19 @@ def roofline_eval_s(n: int, d: int, rates: dict) -> float:
 
 
 def measure_steps(
-    n: int, d: int, dtype: str, *, reps: int, with_numpy: bool, target_s: float, methods=("euler", "rk4")
+    n: int,
+    d: int,
+    dtype: str,
+    *,
+    reps: int,
+    with_numpy: bool,
+    target_s: float,
+    methods=("euler", "rk4"),
+    with_rates: bool = True,
 ) -> dict:
-    """Per-step time of attnflow (compiled loop, steady state) and of the NumPy references."""
+    """Per-step time of attnflow (compiled loop, steady state) and of the NumPy references; with
+    ``with_rates``, the machine rates measured between the repetitions (best of them), so that
+    the roofline of the row is timed in the same state of a shared machine as the steps."""
     jax = _jax()
     import jax.numpy as jnp
 
@@ -275,6 +285,9 @@ def measure_steps(
             if do_numpy:
                 ref.add(lambda: loop(numpy_field), np_steps)
                 ref2.add(lambda: loop(numpy_field_inplace), np_steps)
+            if with_rates:
+                probe = machine_rates(dtype)
+                out["rates"] = {k: max(v, out.get("rates", probe)[k]) for k, v in probe.items()}
         out[method] = {
             "attnflow_s": af.wall,
             "attnflow_cpu_s": af.cpu,
@@ -703,6 +716,7 @@ def main() -> None:
                     n=n,
                     d=d,
                     dtype=dtype,
+                    with_rates=n < 65536,
                     reps=1 if big else 3,
                     with_numpy=n < 65536,
                     target_s=0.0 if big else (0.2 if quick else 0.5),
@@ -872,14 +886,16 @@ def render(res: dict) -> str:
         "attnflow: the compiled loop (`attnflow.solve.integrate`: steady state, compilation excluded),",
         "automatic block size. NumPy: the published-code form (explicit `exp(β X Xᵀ)` per evaluation, a",
         "Python loop over steps); in-place: the same with one n × n buffer. ×NumPy = NumPy time / attnflow",
-        "time (wall; CPU-time ratio in brackets); roofline = attnflow time / roofline time.",
+        "time (wall; CPU-time ratio in brackets); roofline = attnflow time / roofline time, the roofline at",
+        "the rates measured in the same subprocess between the repetitions (best of them; the machine is",
+        "shared and its speed drifts over minutes), or, for n = 65 536, at the rates of the table above.",
         "",
     ]
     rows = []
     for row in res["steps"]:
         e = row["euler"]
         r4 = row["rk4"] or {"attnflow_s": None, "numpy_s": None, "attnflow_cpu_s": None, "numpy_cpu_s": None}
-        roof = roofline_eval_s(row["n"], row["d"], rates[row["dtype"]])
+        roof = roofline_eval_s(row["n"], row["d"], row.get("rates") or rates[row["dtype"]])
         reason = row.get("numpy_skipped") or "too slow"
 
         def speed(m):
@@ -1043,7 +1059,8 @@ def targets(res: dict) -> list[str]:
         for method in ("euler", "rk4"):
             m = row[method]
             speed = _ratio(m["numpy_s"], m["attnflow_s"])
-            roof = m["attnflow_s"] / (m["evals"] * roofline_eval_s(4096, 3, rates["float64"]))
+            row_rates = row.get("rates") or rates["float64"]
+            roof = m["attnflow_s"] / (m["evals"] * roofline_eval_s(4096, 3, row_rates))
             out.append(
                 f"- n = 4096, d = 3, float64, {method}: {fmt_r(speed)} faster than NumPy "
                 f"(≥ 3×: {verdict(speed is not None and speed >= 3)}); {roof:.2f}× the roofline "
