@@ -950,7 +950,7 @@ def render(res: dict) -> str:
             ]
             for label, r in (
                 ("one seed", s),
-                (f"{whole['seeds']} seeds (one vmapped batch vs sequential NumPy runs)", b),
+                (f"{whole['seeds']} seeds (one batched solve vs sequential NumPy runs)", b),
             )
         ],
     )
