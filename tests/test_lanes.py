@@ -79,3 +79,14 @@ def test_batch_on_devices_equals_single_calls():
         single = jax.jit(fn)(xs[k], 0.5, offsets[k])
         np.testing.assert_array_equal(out["y"][k], single["y"])  # the unbatched program, bitwise
         np.testing.assert_array_equal(out["norm"][k], single["norm"])
+
+
+def test_scan_dealt_folds_the_real_items_in_order_and_skips_the_padding():
+    items, real = lanes.deal(np.arange(1.0, 12.0))  # 11 items: 5 padding slots hold copies of item 0
+    fold = lanes.scan_dealt(lambda ops, acc, item: ops * acc + item, init=lambda ops: jnp.zeros(()))
+    out = lanes.lane_map(fold, 10.0, (jnp.asarray(items), jnp.asarray(real)))
+    for lane in range(lanes.LANES):
+        expected = 0.0
+        for item in items[lane][real[lane]]:
+            expected = 10.0 * expected + item  # a padding item folded in (item 0 = 1.0) would show
+        assert float(out[lane]) == expected

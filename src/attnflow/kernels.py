@@ -217,13 +217,7 @@ def _tiled_sum(kernel: Kernel, u, padded, tile: int, *, causal: bool):
             g = g.at[j].add(jnp.where(i != j, w_t @ vt[i], 0.0))
         return g
 
-    def scan_lane(ops, lane):
-        def step(g, item):
-            pair, real = item
-            return jax.lax.cond(real, lambda g: add_tile(ops, g, pair), lambda g: g, g), None
-
-        return jax.lax.scan(step, jnp.zeros_like(ops[-1]), lane)[0]
-
+    scan_lane = lanes.scan_dealt(add_tile, init=lambda ops: jnp.zeros_like(ops[-1]))
     g = lanes.lane_sum(scan_lane, operands, lane_pairs)
     return g.reshape(-1, padded.shape[1])[:n]
 
@@ -277,20 +271,14 @@ def energy(kernel: Kernel, x: jax.Array, *, block_size: int | None = None) -> ja
     labels, valid, lane_pairs = _tiles(n, tile, lower=False)
     operands = (kernel.factor, kernel.profile, labels, valid, _tiled_rows(u, tile))
 
-    def tile_sum(ops, pair):
+    def add_tile(ops, total, pair):
         factor, profile, labels, valid, ut = ops
         i, j = pair
         w = factor_tile(factor, labels[i], labels[j], u.dtype)
         h = jnp.where(valid[i][:, None] & valid[j][None, :], w * profile.phi(ut[i] @ ut[j].T), 0.0)
-        return jnp.where(i == j, 1.0, 2.0) * jnp.sum(h)  # tile (J, I) = tile (I, J)ᵀ
+        return total + jnp.where(i == j, 1.0, 2.0) * jnp.sum(h)  # tile (J, I) = tile (I, J)ᵀ
 
-    def scan_lane(ops, lane):
-        def step(total, item):
-            pair, real = item
-            return total + jnp.where(real, tile_sum(ops, pair), 0.0), None
-
-        return jax.lax.scan(step, jnp.zeros((), u.dtype), lane)[0]
-
+    scan_lane = lanes.scan_dealt(add_tile, init=lambda ops: jnp.zeros((), u.dtype))
     return lanes.lane_sum(scan_lane, operands, lane_pairs) / (2.0 * n * n)
 
 

@@ -95,6 +95,20 @@ def deal(items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return items[np.where(real, order, 0)], real
 
 
+def scan_dealt(add, init):
+    """The lane function of a lane of dealt items (``deal``): ``add(operands, acc, item)`` folded over
+    the lane's real items in order, from ``init``; the padding items are skipped (``lax.cond``)."""
+
+    def lane_fn(operands, lane):
+        def step(acc, entry):
+            item, real = entry
+            return jax.lax.cond(real, lambda acc: add(operands, acc, item), lambda acc: acc, acc), None
+
+        return jax.lax.scan(step, init(operands), lane)[0]
+
+    return lane_fn
+
+
 def lane_map(lane_fn, operands, lanes):
     """``stack_l lane_fn(operands, lanes[l])`` over the ``LANES`` lanes, on the lane devices.
 
