@@ -22,7 +22,7 @@ def test_deal_is_round_robin_and_covers_every_item_once(k):
     assert sorted(dealt[real].tolist()) == items.tolist()  # every item exactly once
     assert real.sum() == k and np.all(dealt[~real] == items[0])  # padding: copies of item 0, masked
     for lane in range(lanes.LANES):
-        assert dealt[lane][real[lane]].tolist() == items[lane::lanes.LANES].tolist()
+        assert dealt[lane][real[lane]].tolist() == items[lane :: lanes.LANES].tolist()
 
 
 def test_deal_keeps_trailing_axes():

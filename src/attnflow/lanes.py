@@ -8,8 +8,9 @@ with its own accumulator, and the lanes run on as many CPU devices as divide ``L
 ``LANES`` only, never on the device count, so the result is bitwise the same on 1, 2, 4 or 8
 devices (tested).
 
-A batch of runs (seeds) is dealt to the same devices (``batch_on_devices``): each run is computed
-whole on one device, as the unbatched program.
+A batch of runs (seeds) in one process is dealt to the same devices (``batch_on_devices``): each
+run is computed whole on one device, as the unbatched program. (``solve`` sends CPU batches to
+worker processes instead, ``attnflow.workers``, which run their shares this way on one device.)
 
 JAX shows one CPU device unless told otherwise before its backend starts: ``use_cpu_cores()``
 does that (the CLI and the benchmark call it; a Python user calls it before the first
@@ -27,16 +28,24 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
+CORES_VARIABLE = "ATTNFLOW_CORES"  # caps the cores a process uses (set to 1 in worker processes)
 LANES = 8  # fixed: the summation order, hence the rounding, must not depend on the machine
 _ONE_DEVICE = contextvars.ContextVar("attnflow_lanes_one_device", default=False)
 
 
 def available_cores() -> int:
-    """The cores this process may run on (its CPU affinity where the OS reports one)."""
+    """The cores this process may run on: its CPU affinity (where the OS reports one), at most
+    ``$ATTNFLOW_CORES`` when that is set."""
     try:
-        return len(os.sched_getaffinity(0))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    cap = os.environ.get(CORES_VARIABLE)
+    if cap is None:
+        return cores
+    if not cap.isdigit() or int(cap) < 1:
+        raise ValueError(f"environment variable {CORES_VARIABLE} must be a positive integer; got {cap!r}.")
+    return min(cores, int(cap))
 
 
 def use_cpu_cores(count: int | None = None) -> int:

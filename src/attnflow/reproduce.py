@@ -28,7 +28,6 @@ import difflib
 import importlib
 import importlib.util
 import multiprocessing
-import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -40,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnflow import metrics
+from attnflow import lanes, metrics
 from attnflow.build import Simulation, build, make_initial
 from attnflow.config import Config
 from attnflow.dynamics import make_vector_field
@@ -51,6 +50,7 @@ from attnflow.kernels import energy
 from attnflow.run import COLLAPSE_THRESHOLD, ENERGY_TOL
 from attnflow.solve import snapshot_count, solve
 from attnflow.theory import energy_max
+from attnflow.workers import one_core_per_process
 
 THETA_C = 0.1  # cluster threshold (rad), SPEC §4 default
 MEAN_COSINE_TOL = 1e-12  # "mean_cosine non-decreasing" allows this much round-off between snapshots
@@ -493,9 +493,8 @@ def _run_quietly(job: Job) -> JobResult:
 
 
 def default_workers() -> int:
-    """Worker processes: one per core, at most 2 (each simulation runs single-threaded)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(2, cores))
+    """Worker processes: one per core, at most 2."""
+    return max(1, min(2, lanes.available_cores()))
 
 
 def run_jobs(jobs: Sequence[Job], tick: Tick, *, workers: int = 1) -> list[JobResult]:
@@ -509,7 +508,10 @@ def run_jobs(jobs: Sequence[Job], tick: Tick, *, workers: int = 1) -> list[JobRe
     results: list[JobResult | None] = [None] * len(jobs)
     order = sorted(range(len(jobs)), key=lambda i: -jobs[i].cost())
     context = multiprocessing.get_context("spawn")  # never fork a process that runs JAX
-    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context) as pool:
+    pool = ProcessPoolExecutor(
+        max_workers=min(workers, len(jobs)), mp_context=context, initializer=one_core_per_process
+    )
+    with pool:
         futures = {pool.submit(_run_quietly, jobs[i]): i for i in order}
         for future in as_completed(futures):
             i = futures[future]

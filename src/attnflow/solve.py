@@ -9,14 +9,16 @@ per step. The call is compiled once per ``solve``, ahead of time (the snapshot t
 argument, so every call reuses the same executable); the compilation time is reported separately as
 ``Trajectory.compile_time_s``.
 ``on_snapshot(k, t, x)`` is called after each snapshot (storage, progress bars). A batch of initial
-data ``x0 (B, n, d)`` (seeds) is advanced in one compiled call: on a CPU the runs are dealt to the
-cores that JAX exposes as devices, each run computed as a single run (bitwise equal to it); on an
-accelerator with ``vmap`` (``attnflow.lanes.batch_on_devices``).
+data ``x0 (B, n, d)`` (seeds) runs, on a CPU, in worker processes, one single-threaded process per
+core (``attnflow.workers``; ``workers=1``: in this process, the runs dealt to the CPU devices,
+``attnflow.lanes.batch_on_devices``), every run bitwise equal to a single run; on an accelerator
+with ``vmap``.
 
 Performance notes:
 
 - Fixed-step calls are dispatched one ahead: call ``c + 1`` is queued before the snapshots of call
-  ``c`` are copied to the host and handed to ``on_snapshot``, so storage overlaps the computation.
+  ``c`` are copied to the host and handed to ``on_snapshot``, so storage overlaps the computation
+  (worker processes keep the state between calls, so they never wait for this process).
   The status flags (finiteness, step limit) are computed inside the compiled call and fetched with
   its snapshots: one host synchronisation per call. Grouping snapshots matters for small ``n``
   (n = 256, RK4: 10 steps take ~3 ms, comparable to the cost of a call and a synchronisation on a
@@ -44,6 +46,7 @@ ran out of steps).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import time
 from collections.abc import Callable
@@ -53,6 +56,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnflow import lanes
+from attnflow import workers as workers_module
 from attnflow.dynamics import VectorField, noise_increment
 from attnflow.integrators import Integrator
 from attnflow.sphere import normalize
@@ -68,7 +72,9 @@ class Trajectory:
     xs: np.ndarray
     status: str
     steps: int
-    compile_time_s: float = 0.0  # ahead-of-time compilation of the chunk (excluded from run times)
+    # the one-time start-up, excluded from run times: the ahead-of-time compilation of the chunk
+    # (a batch in worker processes: the export, their compilation and, the first time, their start)
+    compile_time_s: float = 0.0
 
 
 def snapshot_count(t_end: float, save_every: float) -> int:
@@ -149,6 +155,31 @@ def _grouped(advance):
     return chunk
 
 
+class _Calls:
+    """A compiled chunk program called in this process, with the interface of
+    ``workers.BatchProgram``: ``start(*args)``, ``advance(*rest)`` (the first ``feedback``
+    arguments are the previous call's first outputs), ``collect()`` (oldest call first),
+    ``release()``. JAX dispatches asynchronously, so ``advance`` does not wait for the previous call."""
+
+    def __init__(self, compiled, feedback: int):
+        self.compiled, self.feedback = compiled, feedback
+        self.queue: collections.deque = collections.deque()
+        self.last = None
+
+    def start(self, *args) -> None:
+        self.last = self.compiled(*args)
+        self.queue.append(self.last)
+
+    def advance(self, *rest) -> None:
+        self.start(*self.last[: self.feedback], *rest)
+
+    def collect(self):
+        return self.queue.popleft()
+
+    def release(self) -> None:
+        self.queue.clear()
+
+
 def snapshot_group(n_chunks: int, *, pairs_per_chunk: float, limit: int = SNAPSHOT_GROUP_MAX) -> int:
     """How many snapshots one compiled call advances: enough that a call does about
     ``SNAPSHOT_GROUP_WORK`` pair interactions (so that per-call overhead and host synchronisation
@@ -201,12 +232,17 @@ def solve(
     on_snapshot: SnapshotCallback | None = None,
     max_steps_per_snapshot: int = 1_000_000,
     snapshots_per_call: int | None = None,
+    workers: int | None = None,
 ) -> Trajectory:
     """Integrate ``dx/dt = field(x)`` from ``x0`` and store snapshots every ``save_every``.
 
     ``snapshots_per_call``: snapshots advanced per compiled call (fixed-step methods; the adaptive
     method always uses 1). ``None`` chooses it with ``snapshot_group``; it must divide the number of
     chunks. Results do not depend on it.
+
+    ``workers``: worker processes for a batch ``x0 (B, n, d)`` on a CPU (``attnflow.workers``):
+    ``None`` starts one per available core (at most ``B``), 1 runs the batch in this process
+    (``attnflow.lanes.batch_on_devices``). Results do not depend on it (bitwise).
     """
     if noise > 0 and integrator.adaptive:
         raise ValueError(
@@ -251,42 +287,50 @@ def solve(
         return Trajectory(ts=np.asarray(ts), xs=np.stack(xs), status=status, steps=steps)
     start = time.perf_counter()
     grouped = _grouped(chunk)
-    advance = jax.jit(lanes.batch_on_devices(grouped, in_axes=(0, 0, None)) if batched else grouped)
-    advance = advance.lower(x0, carry, snapshot_times(1)).compile()
+    first_args = (x0, carry, snapshot_times(1))
+    count = workers_module.batch_workers(x0.shape[0], workers) if batched else 1
+    if count > 1:  # a CPU batch: one single-threaded worker process per core (attnflow.workers)
+        calls = workers_module.BatchProgram(grouped, first_args, (0, 0, None), count, feedback=2)
+    else:
+        program = lanes.batch_on_devices(grouped, in_axes=(0, 0, None)) if batched else grouped
+        calls = _Calls(jax.jit(program).lower(*first_args).compile(), feedback=2)
     compile_time = time.perf_counter() - start
 
     # One call ahead for fixed steps (bounded work if it turns out to be wasted); an adaptive chunk
     # from a bad state could spin to max_steps, so it is only dispatched once the state is known good.
     ahead = not integrator.adaptive
     n_calls = n_chunks // group
-    pending = advance(x0, carry, snapshot_times(1))
-    for call in range(n_calls):
-        x_last, carry, group_xs, group_steps, within, finite = pending
-        last = call + 1 == n_calls
-        if ahead and not last:
-            pending = advance(x_last, carry, snapshot_times((call + 1) * group + 1))
-        group_xs, group_steps, within, finite = jax.device_get((group_xs, group_steps, within, finite))
-        if batched:  # (B, G, ...) -> (G, B, ...)
-            group_xs, group_steps, within, finite = (
-                np.moveaxis(a, 1, 0) for a in (group_xs, group_steps, within, finite)
-            )
-        for j in range(group):
-            k = call * group + j + 1
-            steps += int(np.max(group_steps[j]))
-            if not np.all(within[j]):
-                status = "max_steps"
+    try:
+        calls.start(*first_args)
+        for call in range(n_calls):
+            last = call + 1 == n_calls
+            if ahead and not last:
+                calls.advance(snapshot_times((call + 1) * group + 1))
+            _, _, group_xs, group_steps, within, finite = calls.collect()
+            group_xs, group_steps, within, finite = jax.device_get((group_xs, group_steps, within, finite))
+            if batched:  # (B, G, ...) -> (G, B, ...)
+                group_xs, group_steps, within, finite = (
+                    np.moveaxis(a, 1, 0) for a in (group_xs, group_steps, within, finite)
+                )
+            for j in range(group):
+                k = call * group + j + 1
+                steps += int(np.max(group_steps[j]))
+                if not np.all(within[j]):
+                    status = "max_steps"
+                    break
+                if not np.all(finite[j]):
+                    status = "nonfinite"
+                    break
+                if j == 0 and not ahead and not last:
+                    calls.advance(snapshot_times((call + 1) * group + 1))
+                xs.append(group_xs[j])
+                ts.append(k * save_every)
+                if on_snapshot is not None:
+                    on_snapshot(k, ts[-1], xs[-1])
+            if status != "ok":
                 break
-            if not np.all(finite[j]):
-                status = "nonfinite"
-                break
-            if j == 0 and not ahead and not last:
-                pending = advance(x_last, carry, snapshot_times((call + 1) * group + 1))
-            xs.append(group_xs[j])
-            ts.append(k * save_every)
-            if on_snapshot is not None:
-                on_snapshot(k, ts[-1], xs[-1])
-        if status != "ok":
-            break
+    finally:
+        calls.release()
     return Trajectory(
         ts=np.asarray(ts), xs=np.stack(xs), status=status, steps=steps, compile_time_s=compile_time
     )

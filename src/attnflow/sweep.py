@@ -65,6 +65,7 @@ from typing import Any
 
 from attnflow import __version__
 from attnflow.config import Config, ConfigError, apply_overrides, config_from_dict, config_hash, resolved_dict
+from attnflow.workers import SINGLE_THREAD_ENVIRON, single_thread_environ
 
 __all__ = [
     "GridAxis",
@@ -95,20 +96,15 @@ STAGING_SUFFIX = ".partial"
 CONNECT_TIMEOUT = "20s"  # how long the client waits for an existing scheduler
 JAX_CACHE = "jax_cache"
 
-# Environment of each local worker process, set before it starts. One thread everywhere: small
-# simulations only contend for cores, and results must not depend on the thread count.
+# Environment of each local worker process, set before it starts: single-threaded (small
+# simulations only contend for cores, and results must not depend on the thread count; see
+# attnflow.workers.SINGLE_THREAD_ENVIRON), and
 # MALLOC_TRIM_THRESHOLD_: Dask's default (65536) returns freed memory to the OS eagerly, which the
 # SPEC probe found to double the time of short runs. Here 128 MiB keeps freed memory in the worker
 # between runs. Probe on the 2-core machine (16 runs, n = 8, 2 workers, a loaded machine, CPU time
 # of the workers, two trials): 65536: 7.9/8.1 s, unset (glibc adaptive): 8.2/7.9 s, 128 MiB:
 # 7.5/7.7 s; runs that write figures and a store are not sensitive to it beyond that noise.
-WORKER_ENVIRON: dict[str, str] = {
-    "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false",  # "intra_op_parallelism_threads=1" is not an XLA flag
-    "OMP_NUM_THREADS": "1",
-    "MKL_NUM_THREADS": "1",
-    "OPENBLAS_NUM_THREADS": "1",
-    "MALLOC_TRIM_THRESHOLD_": str(128 * 2**20),
-}
+WORKER_ENVIRON: dict[str, str] = {**SINGLE_THREAD_ENVIRON, "MALLOC_TRIM_THRESHOLD_": str(128 * 2**20)}
 
 
 def compilation_cache_environ(cache_dir: str | os.PathLike) -> dict[str, str]:
@@ -447,10 +443,7 @@ def connect(
         with client:
             yield client
         return
-    environ = {**WORKER_ENVIRON, **(environ or {})}
-    user_flags = os.environ.get("XLA_FLAGS")
-    if user_flags:
-        environ["XLA_FLAGS"] = f"{user_flags} {WORKER_ENVIRON['XLA_FLAGS']}"
+    environ = {**WORKER_ENVIRON, **single_thread_environ(), **(environ or {})}
     with _restored_environ():
         for key in environ:  # the Nanny lets os.environ override the config; ours must win
             os.environ.pop(key, None)
