@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import unittest.mock
 
 import jax
 import jax.numpy as jnp
@@ -42,20 +43,27 @@ COMBOS = [
 ]  # every factor × normalization × causal × value (sa needs w >= 0): 32 combinations
 
 
-def _check_blocked_equals_dense(gauge_name, combos):
+def _check_blocked_equals_dense(gauge_name, combos, *, unrolled_tiles: bool):
     g = GAUGES[gauge_name](N_BLOCK)
     x = uniform(N_BLOCK, g.d, seed=21)
+    assert kernels.dense_tile(N_BLOCK, jnp.float64) is None  # the dense field: one n × n matrix
     for factor_name, normalization, causal, value in combos:
         k = make_kernel(g, FACTORS[factor_name](N_BLOCK), beta=1.7)
         opts = dict(normalization=normalization, causal=causal, value=value)
         dense_field = dynamics.make_vector_field(k, **opts)
         blocked_field = dynamics.make_vector_field(k, block_size=8, **opts)
         dense, blocked = jax.jit(lambda x: (dense_field(x), blocked_field(x)))(x)  # noqa: B023
+        others = [("blocked", blocked)]
+        if unrolled_tiles:
+            with unittest.mock.patch.object(kernels, "DENSE_TILE", 4):  # dense by 15 unrolled tile pairs
+                assert kernels.dense_tile(N_BLOCK, jnp.float64) == 4
+                others.append(("unrolled tiles", jax.jit(dense_field)(x)))
         # every row is computed by the same arithmetic (only the matmul tiling may differ): O(e^β)
         # velocities agree to a few ulps, far inside the 1e-12 acceptance bound
-        np.testing.assert_allclose(
-            blocked, dense, rtol=0, atol=1e-12, err_msg=f"{gauge_name} {factor_name} {opts}"
-        )
+        for name, field in others:
+            np.testing.assert_allclose(
+                field, dense, rtol=0, atol=1e-12, err_msg=f"{name}: {gauge_name} {factor_name} {opts}"
+            )
     k = make_kernel(g, FACTORS["matrix_signed"](N_BLOCK), beta=1.7)
     # energy: 400 O(e^β/β) terms regrouped by row blocks, relative round-off ~1e-15
     np.testing.assert_allclose(kernels.energy(k, x, block_size=8), kernels.energy(k, x), rtol=1e-12)
@@ -64,14 +72,17 @@ def _check_blocked_equals_dense(gauge_name, combos):
 @pytest.mark.parametrize("index, gauge_name", list(enumerate(sorted(GAUGES))))
 def test_blocked_field_equals_dense_every_kind(index, gauge_name):
     """Each gauge with 2 of the 32 combinations, chosen so that the 8 gauges cover 16 of them with
-    every factor, normalization, causal flag and value represented (the full product is ``slow``)."""
-    _check_blocked_equals_dense(gauge_name, [COMBOS[(index + 13 * j) % 32] for j in range(2)])
+    every factor, normalization, causal flag and value represented (the full product is ``slow``);
+    also the dense evaluation by unrolled tiles (``kernels.dense_tile``)."""
+    _check_blocked_equals_dense(
+        gauge_name, [COMBOS[(index + 13 * j) % 32] for j in range(2)], unrolled_tiles=True
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("gauge_name", sorted(GAUGES))
 def test_blocked_field_equals_dense_full_product(gauge_name):
-    _check_blocked_equals_dense(gauge_name, COMBOS)
+    _check_blocked_equals_dense(gauge_name, COMBOS, unrolled_tiles=False)
 
 
 def test_vmapped_seeds_equal_single_runs_blocked():
@@ -205,6 +216,15 @@ _THREAD_SCRIPT = textwrap.dedent(
             x0s = np.stack([sphere.sample_uniform(seed, n, 3) for seed in range(5)])
             traj = solve(field, x0s, integrator=integrators.RK4(), dt=0.01, t_end=0.02, save_every=0.02)
             out[f"{dtype}_{block}_batch"] = traj.xs
+    n = 256  # float64 dense: unrolled tiles (kernels.dense_tile)
+    g = gauges.make_rope(np.arange(n), 3, gauges.rope_frequencies(3, kind="full_period", n=n))
+    factor = factors.DistanceBias(xi=jax.numpy.arange(n) / n, slope=jax.numpy.ones(()))
+    k = kernels.Kernel(g, factor, kernels.make_profile("exp", beta=1.0))
+    for normalization, causal in (("sa", False), ("usa", True)):
+        field = dynamics.make_vector_field(k, normalization=normalization, causal=causal)
+        x0 = sphere.sample_uniform(1, n, 3)
+        traj = solve(field, x0, integrator=integrators.RK4(), dt=0.01, t_end=0.04, save_every=0.02)
+        out[f"dense_tiles_{normalization}"] = traj.xs
     np.savez(sys.argv[1], **out)
     """
 )
@@ -239,6 +259,15 @@ def test_results_independent_of_thread_settings_and_devices(tmp_path):
         np.testing.assert_allclose(tiled, dense, rtol=0, atol=1e-13)
     np.testing.assert_allclose(default["float64_128_energy"], default["float64_None_energy"], rtol=1e-14)
     assert default["float64_128_batch"].shape == (2, 5, 1100, 3)
+
+
+def test_dense_tile_only_where_the_upper_tiles_save_entries():
+    assert kernels.dense_tile(256, jnp.float64) == kernels.DENSE_TILE == 128  # 3 pairs: 3/4 of n²
+    assert kernels.dense_tile(512, jnp.float64) == 128  # 10 pairs: 5/8 of n²
+    assert kernels.dense_tile(200, jnp.float64) is None  # 3 pairs of 128²: more than 40 000 entries
+    assert kernels.dense_tile(128, jnp.float64) is None  # one tile: the matrix itself
+    assert kernels.dense_tile(640, jnp.float64) is None  # above DENSE_TILES_MAX
+    assert kernels.dense_tile(256, jnp.float32) is None  # float32: the products dominate
 
 
 def test_auto_block_size():

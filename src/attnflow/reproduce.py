@@ -8,10 +8,11 @@ The experiments are data (:mod:`attnflow.experiments`). :func:`reproduce` plans 
 
 - Seeds are batched: a job builds its :class:`~attnflow.build.Simulation` once (labels, gauges and
   factors do not depend on the seed), stacks the seeds' initial data ``x0 (B, n, d)`` and calls
-  :func:`~attnflow.solve.solve` once, which vmaps over the batch — one compilation per job, none
-  per seed. (A batched-seed entry point belongs in ``solve``/``run``; it lives here for now.)
+  :func:`~attnflow.solve.solve` once with the batch — one compilation per job, none per seed.
+  (A batched-seed entry point belongs in ``solve``/``run``; it lives here for now.)
 - Jobs run in up to two spawned worker processes, longest first (:func:`run_jobs`): XLA runs one
-  small simulation on one core, and threads in one process only contend.
+  small simulation on one core, and threads in one process only contend. Those processes run
+  their batches themselves (``ATTNFLOW_CORES=1``: no ``attnflow.workers`` of their own).
 - Measurements come from the stored snapshots only (metrics, theory, the kernel's energy), never
   from a second simulation: energies and gauge frames of all snapshots and seeds in one jitted call
   each, then the SPEC §4 diagnostics per seed at the report times and at the end.

@@ -1,29 +1,32 @@
 """Batches of runs on a CPU in worker processes: one single-threaded simulation per core.
 
 XLA splits every operation of a run over all the cores of its process, which does not pay for small
-runs, and JAX cannot limit a device to one thread (jax issues #743, #1539, #6790). Two runs in one
+runs, and JAX cannot limit a device to one thread (jax issues #743, #1539, #6790): two runs in one
 process, one per CPU device (``attnflow.lanes.batch_on_devices``), contend for the same threads.
-Only a process's CPU affinity confines XLA to one core. Measured on 2 cores (n = 256, RK4, τ = 20,
-10 seeds): 9.0–9.9 s in one process on two devices, 6.7–6.9 s in two processes pinned to one core
-each (benchmarks/RESULTS.md has the current figures).
+Only a process's CPU affinity confines XLA to one core. Measured in one run on 2 cores (n = 256,
+RK4, τ = 20, 10 seeds, snapshots every 0.1): 6.5–7.1 s in two worker processes, 8.4–11.7 s in one
+process on two devices; 10 sequential NumPy runs took 23.0–24.3 s (``benchmarks/RESULTS.md`` has
+the current figures).
 
-So ``solve`` hands a batch to worker processes, one per available core (``batch_workers``): the
-program of a share of the batch (each run the unbatched program, ``lax.map`` over the share) is
-exported once (``jax.export``), loaded and compiled by every worker, then called once per group of
-snapshots with that worker's share of the states. The results are bitwise those of single runs in
-this process (tested): the worker runs the same program on one core, and XLA's results do not
-depend on the core count (``tests/test_performance.py``).
+So ``solve`` hands a CPU batch to worker processes, one per available core (``batch_workers``):
+the program of a share of the batch (each run the unbatched program, ``lax.map`` over the share)
+is exported once (``jax.export``), loaded and compiled by every worker, then called once per group
+of snapshots. Each worker keeps its share's state between calls, so the next call is queued
+before the last one is collected and no worker waits for this process. The results are bitwise
+those of single runs in this process (tested): the worker runs the same program on one core, and
+XLA's results do not depend on the core count (``tests/test_performance.py``).
 
-A worker is ``python -c "import attnflow.workers as w; w.serve()"`` pinned to one core, speaking
-length-prefixed pickles over its stdin and stdout; stray output goes to stderr. It exits when its
-stdin closes, so it never outlives this process. The workers start on the first batch (about 1.5 s,
-reported with the compilation as the run's one-time start-up) and serve every later one.
+A worker is ``python -c "import attnflow.workers as w; w.serve()"``, pinned to one core where the
+OS allows it (Linux), speaking length-prefixed pickles over its stdin and stdout; stray output
+goes to stderr. It exits when its stdin closes, so it never outlives this process. The workers
+start with the first batch (about 2 s, part of that run's one-time start-up,
+``Trajectory.compile_time_s``) and serve every later one; batches from several threads at once
+get workers of their own.
 
 ``ATTNFLOW_CORES`` caps the cores a process uses (``lanes.available_cores``): the workers, and the
-worker processes of ``attnflow reproduce`` and ``attnflow sweep``, run with ``ATTNFLOW_CORES=1``
-so that they never start workers of their own. One batch at a time per process.
+worker processes of ``attnflow reproduce`` and ``attnflow sweep``, run with ``ATTNFLOW_CORES=1``,
+so that none starts workers of its own.
 """
-
 from __future__ import annotations
 
 import atexit
@@ -50,8 +53,9 @@ SINGLE_THREAD_ENVIRON: dict[str, str] = {
     "OPENBLAS_NUM_THREADS": "1",
     lanes.CORES_VARIABLE: "1",
 }
-# ... and for the workers here: CPU only, and no asynchronous dispatch (measured: with it, the
-# thread that dispatches and the one that computes share the worker's single core).
+# ... and for the workers here: CPU only, and no asynchronous dispatch: the thread that dispatches
+# and the one that computes would share the worker's core (measured, the 10-seed batch above:
+# 7.6–7.9 s without it, 9.1–9.9 s with it).
 _WORKER_JAX = {"JAX_PLATFORMS": "cpu", "JAX_CPU_ENABLE_ASYNC_DISPATCH": "false"}
 _HEADER = struct.Struct("<Q")
 _SERVE = "import attnflow.workers as w; w.serve()"
