@@ -27,6 +27,7 @@ get workers of their own.
 worker processes of ``attnflow reproduce`` and ``attnflow sweep``, run with ``ATTNFLOW_CORES=1``,
 so that none starts workers of its own.
 """
+
 from __future__ import annotations
 
 import atexit
