@@ -234,7 +234,8 @@ def _tiled_sum(kernel: Kernel, u, padded, tile: int, *, causal: bool, unrolled: 
             local = jnp.arange(tile)
             w = jnp.where((i != j) | (local[None, :] <= local[:, None]), w, 0.0)
         g = g.at[i].add(w @ vt[j])
-        if not causal and i is not j:  # (unrolled diagonal tiles have no transposed half)
+        unrolled_diagonal = isinstance(i, int) and i == j  # known diagonal: no transposed half
+        if not causal and not unrolled_diagonal:
             # Cᵀ v with Cᵀ materialised (the barrier stops XLA from folding the transpose into the
             # product): XLA's CPU dot contracting the first axis of C rounds differently depending
             # on the number of cores it is given; the plain (b, b) × (b, d') product does not
@@ -244,8 +245,8 @@ def _tiled_sum(kernel: Kernel, u, padded, tile: int, *, causal: bool, unrolled: 
 
     if unrolled:
         g = jnp.zeros_like(operands[-1])
-        for i, j in pairs.tolist():
-            g = add_tile(operands, g, (i, i) if i == j else (i, j))
+        for pair in pairs.tolist():
+            g = add_tile(operands, g, pair)
     else:
         scan_lane = lanes.scan_dealt(add_tile, init=lambda ops: jnp.zeros_like(ops[-1]))
         g = lanes.lane_sum(scan_lane, operands, _dealt(pairs))
