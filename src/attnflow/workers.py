@@ -56,7 +56,7 @@ SINGLE_THREAD_ENVIRON: dict[str, str] = {
 }
 # ... and for the workers here: CPU only, and no asynchronous dispatch: the thread that dispatches
 # and the one that computes would share the worker's core (measured, the 10-seed batch above:
-# 7.6–7.9 s without it, 9.1–9.9 s with it).
+# 7.5–7.8 s without it, 9.1–9.9 s with it).
 _WORKER_JAX = {"JAX_PLATFORMS": "cpu", "JAX_CPU_ENABLE_ASYNC_DISPATCH": "false"}
 _HEADER = struct.Struct("<Q")
 _SERVE = "import attnflow.workers as w; w.serve()"
