@@ -81,6 +81,12 @@ def test_batch_on_devices_equals_single_calls():
         np.testing.assert_array_equal(out["norm"][k], single["norm"])
 
 
+def test_share_rows_cuts_contiguous_shares_padded_with_the_last_run():
+    np.testing.assert_array_equal(lanes.share_rows(5, 2), [[0, 1, 2], [3, 4, 4]])
+    np.testing.assert_array_equal(lanes.share_rows(3, 3), [[0], [1], [2]])
+    np.testing.assert_array_equal(lanes.share_rows(4, 1), [[0, 1, 2, 3]])
+
+
 def test_scan_dealt_folds_the_real_items_in_order_and_skips_the_padding():
     items, real = lanes.deal(np.arange(1.0, 12.0))  # 11 items: 5 padding slots hold copies of item 0
     fold = lanes.scan_dealt(lambda ops, acc, item: ops * acc + item, init=lambda ops: jnp.zeros(()))

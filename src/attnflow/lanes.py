@@ -24,7 +24,6 @@ import contextvars
 import os
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
@@ -146,6 +145,13 @@ def lane_sum(lane_fn, operands, lanes):
     return total
 
 
+def share_rows(size: int, count: int) -> np.ndarray:
+    """The runs of ``count`` contiguous shares of a batch of ``size`` runs: ``(count, ⌈size /
+    count⌉)`` indices, the last share padded with copies of the last run."""
+    per = -(-size // count)
+    return np.minimum(np.arange(count * per), size - 1).reshape(count, per)
+
+
 @contextlib.contextmanager
 def _one_device():
     """While tracing the share of one device: lanes inside it stay on that device."""
@@ -184,13 +190,9 @@ def batch_on_devices(fn, in_axes):
     def batched(*args):
         size = jax.tree.leaves(args[batch_positions[0]])[0].shape[0]
         devices = lane_devices()[:size]
-        per = -(-size // len(devices))
-
-        def cut(a):  # (size, ...) -> (devices · per, ...), padded with copies of the last run
-            return jnp.concatenate([a, jnp.repeat(a[-1:], len(devices) * per - size, axis=0)])
-
+        rows = share_rows(size, len(devices)).ravel()
         shared = [None if axis == 0 else a for a, axis in zip(args, in_axes, strict=True)]
-        runs = tuple(jax.tree.map(cut, args[i]) for i in batch_positions)
+        runs = tuple(jax.tree.map(lambda a: a[rows], args[i]) for i in batch_positions)
         if len(devices) == 1:
             return run_shares(shared, runs)
         return jax.tree.map(lambda a: a[:size], _split(run_shares, devices, gathered=False)(shared, runs))

@@ -280,7 +280,7 @@ class BatchProgram:
 
         self.in_axes, self.feedback = tuple(in_axes), feedback
         self.size = jax.tree.leaves(args[self.in_axes.index(0)])[0].shape[0]
-        self.count, self.per = count, -(-self.size // count)
+        self.count = count
         self.impl = _key_impl(args)
         self.in_keys = _unkey(list(args))[1]
         self.out_keys = None
@@ -308,8 +308,7 @@ class BatchProgram:
         batched arguments cut into shares."""
         host = jax.tree.map(np.asarray, _unkey(list(args))[0])
         shares = []
-        for w in range(self.count):
-            rows = np.minimum(np.arange(w * self.per, (w + 1) * self.per), self.size - 1)
+        for rows in lanes.share_rows(self.size, self.count):
             cut = lambda a, axis, r=rows: a if axis is None else jax.tree.map(lambda b: b[r], a)  # noqa: E731
             shares.append([cut(a, axis) for a, axis in zip(host, self.in_axes[offset:], strict=True)])
         return shares
