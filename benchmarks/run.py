@@ -98,7 +98,7 @@ def _jax():
     count can be forced with ``ATTNFLOW_BENCH_DEVICES``): called before any computation."""
     import jax
 
-    from attnflow.lanes import use_cpu_cores
+    from attnflow.numerics.lanes import use_cpu_cores
 
     forced = os.environ.get("ATTNFLOW_BENCH_DEVICES")
     use_cpu_cores(int(forced) if forced else None)
@@ -111,14 +111,16 @@ def usa_field(n: int, d: int, dtype: str, block_size="auto"):
     _jax()
     import jax.numpy as jnp
 
-    from attnflow import dynamics, factors, gauges, kernels
-    from attnflow.build import auto_block_size
+    from attnflow.core import factors, gauges
+    from attnflow.core.kernel import Kernel, make_profile
+    from attnflow.numerics import dynamics
+    from attnflow.workflows.build import auto_block_size
 
     jdtype = jnp.float32 if dtype == "float32" else jnp.float64
-    kernel = kernels.Kernel(
+    kernel = Kernel(
         gauges.IdentityGauge(n=n, d=d),
         factors.NoFactor(n),
-        kernels.make_profile("exp", beta=BETA, dtype=jdtype),
+        make_profile("exp", beta=BETA, dtype=jdtype),
     )
     block = auto_block_size(n, jdtype) if block_size == "auto" else block_size
     return kernel, dynamics.make_vector_field(kernel, block_size=block), block
@@ -237,8 +239,8 @@ def measure_steps(
     jax = _jax()
     import jax.numpy as jnp
 
-    from attnflow import integrators
-    from attnflow.solve import integrate
+    from attnflow.numerics import integrators
+    from attnflow.numerics.solve import integrate
 
     _, field, block = usa_field(n, d, dtype)
     x0 = initial(n, d, dtype)
@@ -312,7 +314,7 @@ def measure_steps(
 def measure_whole_runs(n: int, t_end: float, seeds: int, reps: int) -> dict:
     """RK4 runs of τ = t_end with snapshots every 0.1: attnflow ``solve`` vs the NumPy loop.
 
-    The batch runs in worker processes, one per core (``attnflow.workers``), as ``solve`` does by
+    The batch runs in worker processes, one per core (``attnflow.numerics.workers``), as ``solve`` does by
     default on a CPU; their CPU time is not this process's, so the batch reports none. Its start-up
     (``compile_s``) is the export and compilation of the program in the workers; the first
     repetition also starts the workers (``first_compile_s``).
@@ -325,8 +327,8 @@ def measure_whole_runs(n: int, t_end: float, seeds: int, reps: int) -> dict:
     _jax()
     import jax.numpy as jnp
 
-    from attnflow import integrators
-    from attnflow.solve import solve
+    from attnflow.numerics import integrators
+    from attnflow.numerics.solve import solve
 
     _, field, _ = usa_field(n, 3, "float64")
     steps = int(round(t_end / DT))
@@ -411,8 +413,11 @@ def measure_float32(ns: list[int], seeds: int) -> list[dict]:
     _jax()
     import jax.numpy as jnp
 
-    from attnflow import dynamics, factors, gauges, integrators, kernels, metrics
-    from attnflow.solve import solve
+    from attnflow.analysis import metrics
+    from attnflow.core import factors, gauges
+    from attnflow.core.kernel import Kernel, make_profile
+    from attnflow.numerics import dynamics, integrators, summation
+    from attnflow.numerics.solve import solve
 
     def kernel(setting, n, dtype):
         if setting == "E0":
@@ -422,7 +427,7 @@ def measure_float32(ns: list[int], seeds: int) -> list[dict]:
                 gauges.rope_frequencies(3, kind="full_period", n=n) if setting == "E1a" else np.array([1.0])
             )
             g = gauges.make_rope(np.arange(n), 3, freqs, dtype=dtype)
-        return kernels.Kernel(g, factors.NoFactor(n), kernels.make_profile("exp", beta=1.0, dtype=dtype))
+        return Kernel(g, factors.NoFactor(n), make_profile("exp", beta=1.0, dtype=dtype))
 
     rows = []
     for setting in ("E0", "E1a", "E1b"):
@@ -455,10 +460,10 @@ def measure_float32(ns: list[int], seeds: int) -> list[dict]:
             ]
             e = [
                 abs(
-                    float(kernels.energy(k64, jnp.asarray(a[-1, s])))
-                    - float(kernels.energy(k64, jnp.asarray(b[-1, s])))
+                    float(summation.energy(k64, jnp.asarray(a[-1, s])))
+                    - float(summation.energy(k64, jnp.asarray(b[-1, s])))
                 )
-                / float(kernels.energy(k64, jnp.asarray(a[-1, s])))
+                / float(summation.energy(k64, jnp.asarray(a[-1, s])))
                 for s in range(seeds)
                 for a, b in [(x64, x32)]
             ]
@@ -488,8 +493,8 @@ def measure_random_batch(n: int, ps: list[int], t_end: float) -> dict:
     jax = _jax()
     import jax.numpy as jnp
 
-    from attnflow import integrators, random_batch
-    from attnflow.solve import solve
+    from attnflow.numerics import integrators, random_batch
+    from attnflow.numerics.solve import solve
 
     kernel, field, _ = usa_field(n, 3, "float64")
     x0 = jnp.asarray(initial(n, 3, "float64"))
@@ -551,8 +556,8 @@ def child_memory(n: int, engine: str, steps: int) -> dict:
     _jax()
     import jax.numpy as jnp
 
-    from attnflow import integrators, kernels
-    from attnflow.solve import solve
+    from attnflow.numerics import integrators, summation
+    from attnflow.numerics.solve import solve
 
     kernel, field, block = usa_field(n, 3, "float64")
     start = time.perf_counter()
@@ -560,7 +565,7 @@ def child_memory(n: int, engine: str, steps: int) -> dict:
         field, jnp.asarray(x0), integrator=integrators.Euler(), dt=DT, t_end=steps * DT, save_every=DT
     )
     wall = time.perf_counter() - start
-    energy = __import__("jax").jit(lambda x: kernels.energy(kernel, x, block_size=block))
+    energy = __import__("jax").jit(lambda x: summation.energy(kernel, x, block_size=block))
     energy(jnp.asarray(x0)).block_until_ready()
     energy_s = time_call(lambda: energy(jnp.asarray(x0)).block_until_ready(), 1)
     return {
@@ -579,12 +584,14 @@ def child_thread(n: int, out: str) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from attnflow import dynamics, factors, gauges, integrators, kernels
-    from attnflow.build import auto_block_size
-    from attnflow.solve import solve
+    from attnflow.core import factors, gauges
+    from attnflow.core.kernel import Kernel, make_profile
+    from attnflow.numerics import dynamics, integrators
+    from attnflow.numerics.solve import solve
+    from attnflow.workflows.build import auto_block_size
 
     g = gauges.make_rope(np.arange(n), 3, gauges.rope_frequencies(3, kind="full_period", n=n))
-    kernel = kernels.Kernel(g, factors.NoFactor(n), kernels.make_profile("exp", beta=1.0))
+    kernel = Kernel(g, factors.NoFactor(n), make_profile("exp", beta=1.0))
     field = dynamics.make_vector_field(kernel, block_size=auto_block_size(n))
     x0 = jnp.asarray(initial(n, 3, "float64"))
     traj = solve(field, x0, integrator=integrators.RK4(), dt=DT, t_end=0.5, save_every=0.1)
@@ -596,7 +603,7 @@ def child_random_batch_large(n: int, p: int) -> dict:
     jax = _jax()
     import jax.numpy as jnp
 
-    from attnflow import integrators, random_batch
+    from attnflow.numerics import integrators, random_batch
 
     kernel, _, _ = usa_field(n, 3, "float64")
     x0 = jnp.asarray(initial(n, 3, "float64"))
@@ -652,7 +659,7 @@ def machine_description() -> dict:
         "numpy": np.__version__,
         "jax": f"{jax.__version__} (jaxlib {jaxlib.__version__})",
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
-        "devices": len(__import__("attnflow.lanes", fromlist=["lane_devices"]).lane_devices()),
+        "devices": len(__import__("attnflow.numerics.lanes", fromlist=["lane_devices"]).lane_devices()),
         "blas": _blas_name(),
     }
 
@@ -863,7 +870,7 @@ def render(res: dict) -> str:
         f"- CPU: {info['cpu']}, {info['cores']} cores, {info['memory_gb']} GB RAM",
         f"- Python {info['python']}, NumPy {info['numpy']} ({info['blas']}), JAX {info['jax']}",
         f"- `XLA_FLAGS`: `{info['xla_flags'] or '(unset)'}`; attnflow runs on {info.get('devices', 1)} CPU "
-        "device(s) (`attnflow.use_cpu_cores()`, as the CLI does: the tile lanes of `attnflow.lanes`)",
+        "device(s) (`attnflow.use_cpu_cores()`, as the CLI does: the tile lanes of `numerics.lanes`)",
         f"- load average (1, 5, 15 min): {loads[0]} at the start, {loads[1]} at the end. The machine is",
         "  shared; wall times are the minimum over repetitions with NumPy and attnflow interleaved, and the",
         "  process CPU time (all threads) is given next to them as a contention-robust cross-check.",
@@ -891,7 +898,7 @@ def render(res: dict) -> str:
         "",
         "## Per step",
         "",
-        "attnflow: the compiled loop (`attnflow.solve.integrate`: steady state, compilation excluded),",
+        "attnflow: the compiled loop (`numerics.solve.integrate`: steady state, compilation excluded),",
         "automatic block size. NumPy: the published-code form (explicit `exp(β X Xᵀ)` per evaluation, a",
         "Python loop over steps); in-place: the same with one n × n buffer. ×NumPy = NumPy time / attnflow",
         "time (wall; CPU-time ratio in brackets); roofline = attnflow time / roofline time, the roofline at",
@@ -965,7 +972,7 @@ def render(res: dict) -> str:
     lines += [
         "",
         "Start-up: compilation; for the batch, exporting the program to the worker processes (one per",
-        "core, `attnflow.workers`) and compiling it there. The workers start once per Python session,",
+        "core, `numerics.workers`) and compiling it there. The workers start once per Python session,",
         f"with the first batch: its start-up was {fmt_t(b.get('first_compile_s'))}. The batch's CPU",
         "time is spent in the workers, not counted here.",
         "",

@@ -2,8 +2,8 @@
 
 Every builder takes ``n`` and returns a fresh object, so tests can mix gauges and factors freely.
 Shapes are kept to a few fixed values (n = 16 for invariants) to bound JIT recompilation. The mean
-cosine is written here from SPEC §4 (the tests do not depend on attnflow.metrics); energy series use
-kernels.energy, which test_kernels checks against an independent NumPy evaluation.
+cosine is written here from SPEC §4 (the tests do not depend on attnflow.analysis.metrics); energy series use
+summation.energy, which test_kernels checks against an independent NumPy evaluation.
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnflow import factors, gauges, kernels, sphere
+from attnflow.core import factors, gauges, sphere
+from attnflow.core.kernel import Kernel, make_profile
+from attnflow.numerics import summation
 
 N_SMALL = 16  # the token count of the invariant tests
 
@@ -119,7 +121,7 @@ NONNEGATIVE_FACTORS = ("none", "distance_bias", "matrix_nonneg")
 
 
 def make_kernel(gauge, factor, *, kind: str = "exp", beta: float = 1.0, time_scale: str = "plain"):
-    return kernels.Kernel(gauge, factor, kernels.make_profile(kind, beta=beta, time_scale=time_scale))
+    return Kernel(gauge, factor, make_profile(kind, beta=beta, time_scale=time_scale))
 
 
 def uniform(n: int, d: int, seed: int = 0) -> jax.Array:
@@ -136,4 +138,4 @@ def mean_cosine(x) -> float:
 
 def energy_series(kernel, xs) -> np.ndarray:
     """``E`` at every snapshot of ``xs (T, n, d)``."""
-    return np.asarray(jax.vmap(lambda x: kernels.energy(kernel, x))(jnp.asarray(xs)))
+    return np.asarray(jax.vmap(lambda x: summation.energy(kernel, x))(jnp.asarray(xs)))

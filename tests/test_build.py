@@ -4,9 +4,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from attnflow.build import build, make_labels, resolve_block_size
-from attnflow.config import config_from_dict
-from attnflow.gauges import DenseGauge, IdentityGauge, RoPE
+from attnflow.core.gauges import DenseGauge, IdentityGauge, RoPE
+from attnflow.io.config import config_from_dict
+from attnflow.workflows.build import build, make_labels, resolve_block_size
 
 
 def cfg(**sections):

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from attnflow.cli import app
-from attnflow.store import open_dataset, read_trajectory
+from attnflow.io.store import open_dataset, read_trajectory
 
 SMALL = """
 [model]

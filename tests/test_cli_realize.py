@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from attnflow import realize
 from attnflow.cli import app
-from attnflow.store import read_trajectory
+from attnflow.io.store import read_trajectory
+from attnflow.workflows import realize
 
 
 def invoke(*args: str):

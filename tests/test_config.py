@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from attnflow.config import (
+from attnflow.io.config import (
     Config,
     ConfigError,
     apply_overrides,
@@ -516,7 +516,7 @@ def test_hash_changes_when_a_value_changes():
 
 
 def test_hash_is_stable_across_processes():
-    code = "from attnflow.config import Config, config_hash; print(config_hash(Config()))"
+    code = "from attnflow.io.config import Config, config_hash; print(config_hash(Config()))"
     # A fresh interpreter with a different string-hash seed must agree.
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)

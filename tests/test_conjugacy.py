@@ -10,8 +10,9 @@ import functools
 import numpy as np
 import pytest
 
-from attnflow import dynamics, gauges, integrators
-from attnflow.solve import solve
+from attnflow.core import gauges
+from attnflow.numerics import dynamics, integrators
+from attnflow.numerics.solve import solve
 from helpers_core import (
     FACTORS,
     gauge_dense_haar,

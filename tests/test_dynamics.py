@@ -1,4 +1,4 @@
-"""The USA-AV vector field (attnflow.dynamics): tangency for every gauge × factor × option, the
+"""The USA-AV vector field (attnflow.numerics.dynamics): tangency for every gauge × factor × option, the
 gradient-flow identities v = n·P∇E and dE/dt = (1/n)Σ|v|², E non-decreasing in the settings of
 SPEC §6 E0–E5, causal structure of the Jacobian, permutation equivariance and the option errors."""
 
@@ -13,8 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnflow import dynamics, factors, gauges, integrators, kernels, sphere
-from attnflow.solve import solve
+from attnflow.core import factors, gauges, sphere
+from attnflow.numerics import dynamics, integrators, summation
+from attnflow.numerics.solve import solve
 from helpers_core import (
     FACTORS,
     GAUGES,
@@ -83,7 +84,7 @@ def test_field_is_n_times_projected_energy_gradient(gauge_name, factor_name):
     factor = FACTORS[factor_name](N_SMALL)
     for kind, time_scale in itertools.product(("exp", "linear"), ("plain", "rescaled")):
         k = make_kernel(g, factor, kind=kind, beta=1.5, time_scale=time_scale)
-        grad = jax.grad(lambda y, k=k: kernels.energy(k, y))(x)
+        grad = jax.grad(lambda y, k=k: summation.energy(k, y))(x)
         want = N_SMALL * sphere.project(x, grad)
         v = dynamics.make_vector_field(k)(x)
         # autodiff and the closed form sum the same O(e^β) terms in different orders; ×n amplifies
@@ -99,7 +100,7 @@ def test_energy_rate_is_mean_squared_speed(gauge_name, factor_name):
     for kind in ("exp", "linear"):
         k = make_kernel(g, factor, kind=kind, beta=1.5)
         v = dynamics.make_vector_field(k)(x)
-        _, rate = jax.jvp(lambda y, k=k: kernels.energy(k, y), (x,), (v,))  # dE/dt = ⟨∇E, v⟩
+        _, rate = jax.jvp(lambda y, k=k: summation.energy(k, y), (x,), (v,))  # dE/dt = ⟨∇E, v⟩
         want = float(jnp.sum(v * v)) / N_SMALL
         # an exact identity evaluated in float64: 1e-6 relative is the acceptance bound of the issue,
         # far above the ~1e-14 round-off
@@ -212,7 +213,7 @@ def test_permutation_equivariance(perm):
         # the same terms summed in another order: a few ulps of O(e^β) sums
         np.testing.assert_allclose(v_perm, np.asarray(v)[perm], rtol=0, atol=1e-14)
         # energy is invariant (sum of 64 terms reordered)
-        np.testing.assert_allclose(kernels.energy(k_perm, _X[perm]), kernels.energy(k, _X), rtol=1e-14)
+        np.testing.assert_allclose(summation.energy(k_perm, _X[perm]), summation.energy(k, _X), rtol=1e-14)
 
 
 def test_vector_field_option_errors():

@@ -1,4 +1,4 @@
-"""Gauges Q(ξ) (attnflow.gauges): orthogonality, apply vs matrices, the RoPE relative property,
+"""Gauges Q(ξ) (attnflow.core.gauges): orthogonality, apply vs matrices, the RoPE relative property,
 generalized RoPE (commuting and not), prompt gauges, Haar sampling and the validation errors."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import scipy.linalg
 
-from attnflow import gauges
+from attnflow.core import gauges
 from helpers_core import GAUGES, N_SMALL, commuting_generators_d4, uniform
 
 

@@ -1,4 +1,4 @@
-"""Integrators and the time loop (attnflow.integrators, attnflow.solve): norms, measured convergence
+"""Integrators and the time loop (numerics.integrators, numerics.solve): norms, measured convergence
 orders (and a fake RK4 that must fail them), adaptive tolerance proportionality, the equiangular closed
 form of SPEC §5, solver statuses, noise and batching."""
 
@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 from scipy.integrate import solve_ivp
 
-from attnflow import dynamics, gauges, integrators, kernels, sphere
-from attnflow.integrators import RK4_TABLEAU, Tableau
-from attnflow.solve import snapshot_count, solve
+from attnflow.core import gauges, sphere
+from attnflow.core.kernel import Kernel, make_profile
+from attnflow.numerics import dynamics, integrators
+from attnflow.numerics.integrators import RK4_TABLEAU, Tableau
+from attnflow.numerics.solve import snapshot_count, solve
 from helpers_core import (
     factor_distance_bias,
     factor_none,
@@ -288,7 +290,7 @@ def test_float32_solve_with_default_factor():
     """dtype float32 with the default factor: the scan carry stays float32 (no promotion by NoFactor)."""
     n = 16
     g = gauges.IdentityGauge(n=n, d=3)
-    k = kernels.Kernel(g, factor_none(n), kernels.make_profile("exp", beta=1.0, dtype=jnp.float32))
+    k = Kernel(g, factor_none(n), make_profile("exp", beta=1.0, dtype=jnp.float32))
     x0 = sphere.sample_uniform(jax.random.key(0), n, 3, dtype=jnp.float32)
     traj = solve(
         dynamics.make_vector_field(k), x0, integrator=integrators.RK4(), dt=0.01, t_end=0.1, save_every=0.05

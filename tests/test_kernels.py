@@ -1,4 +1,4 @@
-"""The kernel family (attnflow.kernels, attnflow.factors): profiles, kernel symmetry, the attention sum
+"""The kernel family (numerics.summation, core.factors): profiles, kernel symmetry, the attention sum
 and energy against an independent NumPy evaluation, blocked = dense, the rescaled time scale, the
 energy bound of SPEC §1.3 and the validation errors."""
 
@@ -10,7 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from attnflow import dynamics, factors, gauges, kernels
+from attnflow.core import factors, gauges
+from attnflow.core.kernel import Kernel, make_profile
+from attnflow.numerics import dynamics, summation
 from helpers_core import FACTORS, GAUGES, N_SMALL, NONNEGATIVE_FACTORS, make_kernel, uniform
 
 
@@ -37,7 +39,7 @@ def test_kernel_matrix_symmetric(gauge_name):
     x = uniform(N_SMALL, g.d, seed=1)
     for factor_name, kind in itertools.product(sorted(FACTORS), ("exp", "linear")):
         k = make_kernel(g, FACTORS[factor_name](N_SMALL), kind=kind, beta=1.5)
-        h = np.asarray(k.factor.matrix() * k.profile.phi(kernels.logits(k, x)))
+        h = np.asarray(k.factor.matrix() * k.profile.phi(summation.logits(k, x)))
         # h(z_i, z_j) = h(z_j, z_i): S = UUᵀ is symmetric up to summation order, O(1) entries
         np.testing.assert_allclose(
             h, h.T, rtol=0, atol=1e-14, err_msg=f"{gauge_name} × {factor_name} × {kind}"
@@ -46,9 +48,9 @@ def test_kernel_matrix_symmetric(gauge_name):
 
 def test_profiles():
     s = jnp.linspace(-1.0, 1.0, 9)
-    exp_plain = kernels.make_profile("exp", beta=2.0)
-    exp_resc = kernels.make_profile("exp", beta=2.0, time_scale="rescaled")
-    lin = kernels.make_profile("linear", beta=2.0, time_scale="rescaled")
+    exp_plain = make_profile("exp", beta=2.0)
+    exp_resc = make_profile("exp", beta=2.0, time_scale="rescaled")
+    lin = make_profile("linear", beta=2.0, time_scale="rescaled")
     # φ(t) = (c/β) e^{βt}: e^{β}·e^{β(t−1)} vs e^{βt}, a few ulps apart
     np.testing.assert_allclose(exp_plain.phi(s), np.exp(2.0 * s) / 2.0, rtol=1e-15)
     # rescaled: c = e^{−β} so φ(t) = e^{β(t−1)}/β
@@ -62,12 +64,12 @@ def test_profiles():
 
 def test_profile_errors():
     with pytest.raises(ValueError, match=r"`kind` must be one of \('exp', 'linear'\); got 'cubic'"):
-        kernels.make_profile("cubic")
+        make_profile("cubic")
     with pytest.raises(ValueError, match=r"`time_scale` must be one of \('plain', 'rescaled'\); got 'slow'"):
-        kernels.make_profile("exp", time_scale="slow")
+        make_profile("exp", time_scale="slow")
     k = make_kernel(GAUGES["identity"](4), factors.NoFactor(4))
     with pytest.raises(ValueError, match=r"`normalization` must be one of \('usa', 'sa'\); got 'softmax'"):
-        kernels.attention_sum(k, uniform(4, 3), uniform(4, 3), normalization="softmax")
+        summation.attention_sum(k, uniform(4, 3), uniform(4, 3), normalization="softmax")
 
 
 @pytest.mark.parametrize("gauge_name", ["identity", "rope_explicit_d5", "prompt_haar"])
@@ -79,7 +81,7 @@ def test_attention_sum_matches_numpy(gauge_name, normalization, causal):
     x = uniform(N_SMALL, g.d, seed=2)
     for factor_name in NONNEGATIVE_FACTORS if normalization == "sa" else sorted(FACTORS):
         k = make_kernel(g, FACTORS[factor_name](N_SMALL), beta=1.5)
-        got = kernels.attention_sum(k, g.apply(x), g.apply(x), normalization=normalization, causal=causal)
+        got = summation.attention_sum(k, g.apply(x), g.apply(x), normalization=normalization, causal=causal)
         want = _numpy_attention(k, x, normalization=normalization, causal=causal, beta=1.5, c=1.0)
         # e^{β(s−1)}·e^{β} vs e^{βs} and a different summation order: relative round-off ~1e-15
         # on sums of up to 16 terms of size ≤ e^{1.5}
@@ -103,17 +105,17 @@ def test_energy_matches_numpy_and_bound(gauge_name):
         want = np.sum(np.asarray(k.factor.matrix()) * phi) / (2 * N_SMALL**2)
         # a sum of 256 terms of size ≤ e^{1.5}/1.5: relative round-off well below 1e-13 (absolute
         # term for the linear profile, whose energy can be near 0 by cancellation)
-        np.testing.assert_allclose(float(kernels.energy(k, x)), want, rtol=1e-13, atol=1e-15)
+        np.testing.assert_allclose(float(summation.energy(k, x)), want, rtol=1e-13, atol=1e-15)
     # SPEC §1.3 / §2.1: with w = 1 the energy is at most c e^β/(2β), attained on x_i = Q(ξ_i)ᵀ v
     k = make_kernel(g, factors.NoFactor(N_SMALL), beta=1.5)
     bound = np.exp(1.5) / 3.0
-    assert float(kernels.energy(k, x)) < bound
+    assert float(summation.energy(k, x)) < bound
     v = np.zeros(g.d)
     v[0] = 1.0
     x_star = g.apply_transpose(jnp.broadcast_to(jnp.asarray(v), (N_SMALL, g.d)))
     # on the maximiser every logit is 1 up to the gauge's orthogonality defect (≤ 6e-14 for the expm-built
     # generalized RoPE, see test_gauges), times β: relative 1e-12
-    np.testing.assert_allclose(float(kernels.energy(k, x_star)), bound, rtol=1e-12)
+    np.testing.assert_allclose(float(summation.energy(k, x_star)), bound, rtol=1e-12)
 
 
 @pytest.mark.parametrize("block_size", [7, 32])
@@ -132,14 +134,14 @@ def test_blocked_equals_dense(block_size):
     for factor_name, normalization, causal in cases:
         k = make_kernel(g, FACTORS[factor_name](n), beta=2.0)
         opts = dict(normalization=normalization, causal=causal)
-        dense = kernels.attention_sum(k, u, u, **opts)
-        blocked = kernels.attention_sum(k, u, u, block_size=block_size, **opts)
+        dense = summation.attention_sum(k, u, u, **opts)
+        blocked = summation.attention_sum(k, u, u, block_size=block_size, **opts)
         # same per-row arithmetic in a different matmul tiling: differences are a few ulps
         np.testing.assert_allclose(blocked, dense, rtol=0, atol=1e-13, err_msg=f"{factor_name} {opts}")
     k = make_kernel(g, FACTORS["none"](n), beta=2.0)  # the broadcast (1, 1) factor block in the energy
     # energy: a sum of 1024 O(e^β/β) terms regrouped by blocks, relative ~1e-15
     np.testing.assert_allclose(
-        float(kernels.energy(k, x, block_size=block_size)), float(kernels.energy(k, x)), rtol=1e-13
+        float(summation.energy(k, x, block_size=block_size)), float(summation.energy(k, x)), rtol=1e-13
     )
     # the blocked field (what make_vector_field passes down) equals the dense one
     k = make_kernel(g, FACTORS["distance_bias"](n), beta=2.0)
@@ -161,7 +163,9 @@ def test_rescaled_time_scale_is_a_constant_factor(kind):
     # usa: the field is linear in c, so rescaled = e^{−β} × plain (one extra rounding of c)
     np.testing.assert_allclose(v_resc, np.exp(-beta) * np.asarray(v_plain), rtol=1e-14, atol=1e-16)
     # energy is linear in c too
-    np.testing.assert_allclose(kernels.energy(resc, x), np.exp(-beta) * kernels.energy(plain, x), rtol=1e-14)
+    np.testing.assert_allclose(
+        summation.energy(resc, x), np.exp(-beta) * summation.energy(plain, x), rtol=1e-14
+    )
     # sa: c cancels in the softmax, so both time scales give the same field (ratio of equal roundings)
     np.testing.assert_allclose(
         dynamics.make_vector_field(resc, normalization="sa")(x),
@@ -217,10 +221,10 @@ def test_float32_run_dtype_is_preserved(factor_name):
         factor = factors.DistanceBias(
             xi=jnp.arange(n, dtype=jnp.float32) / n, slope=jnp.asarray(1.0, jnp.float32)
         )
-    k = kernels.Kernel(g, factor, kernels.make_profile("exp", beta=1.0, dtype=jnp.float32))
+    k = Kernel(g, factor, make_profile("exp", beta=1.0, dtype=jnp.float32))
     x32 = uniform(n, 3, seed=6).astype(jnp.float32)
     v = dynamics.make_vector_field(k)(x32)
-    assert v.dtype == jnp.float32 and kernels.energy(k, x32).dtype == jnp.float32
+    assert v.dtype == jnp.float32 and summation.energy(k, x32).dtype == jnp.float32
     k64 = make_kernel(gauges.make_rope(np.arange(n), 3, np.array([0.3])), FACTORS[factor_name](n), beta=1.0)
     # float32 round-off (1.2e-7) on sums of 16 terms of size ≤ e: 1e-5 absolute is ample
     np.testing.assert_allclose(v, dynamics.make_vector_field(k64)(x32.astype(jnp.float64)), rtol=0, atol=1e-5)

@@ -1,4 +1,4 @@
-"""Lanes (attnflow.lanes): the round-robin deal, the lane-ordered sum, and the device set-up.
+"""Lanes (attnflow.numerics.lanes): the round-robin deal, the lane-ordered sum, and the device set-up.
 
 That the results do not depend on the number of CPU devices is checked end to end, in fresh
 processes, by ``test_performance.test_results_independent_of_thread_settings_and_devices``."""
@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from attnflow import lanes
+from attnflow.numerics import lanes
 
 
 @pytest.mark.parametrize("k", [1, 5, 8, 13, 16, 45])

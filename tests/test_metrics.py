@@ -1,4 +1,4 @@
-"""Tests of attnflow.metrics: closed forms on exact states, invariants, edges and errors."""
+"""Tests of attnflow.analysis.metrics: closed forms on exact states, invariants, edges and errors."""
 
 import json
 from functools import partial
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnflow import metrics
+from attnflow.analysis import metrics
 
 TWO_PI = 2.0 * np.pi
 

@@ -20,8 +20,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from attnflow import dynamics, factors, gauges, integrators, kernels, random_batch, sphere
-from attnflow.build import (
+from attnflow.core import factors, gauges, sphere
+from attnflow.core.kernel import Kernel, Profile, make_profile
+from attnflow.numerics import dynamics, integrators, random_batch, summation
+from attnflow.numerics.solve import integrate, solve
+from attnflow.workflows.build import (
     AUTO_BLOCK_ENTRIES,
     AUTO_BLOCK_MIN,
     AUTO_BLOCK_ROWS_FLOAT32,
@@ -30,7 +33,6 @@ from attnflow.build import (
     AUTO_BLOCK_THRESHOLD_FLOAT32,
     auto_block_size,
 )
-from attnflow.solve import integrate, solve
 from helpers_core import FACTORS, GAUGES, NONNEGATIVE_FACTORS, make_kernel, mean_cosine, uniform
 
 N_BLOCK = 20  # with block size 8: three blocks, the last one padded
@@ -46,7 +48,7 @@ COMBOS = [
 def _check_blocked_equals_dense(gauge_name, combos, *, unrolled_tiles: bool):
     g = GAUGES[gauge_name](N_BLOCK)
     x = uniform(N_BLOCK, g.d, seed=21)
-    assert kernels.dense_tile(N_BLOCK, jnp.float64) is None  # the dense field: one n × n matrix
+    assert summation.dense_tile(N_BLOCK, jnp.float64) is None  # the dense field: one n × n matrix
     for factor_name, normalization, causal, value in combos:
         k = make_kernel(g, FACTORS[factor_name](N_BLOCK), beta=1.7)
         opts = dict(normalization=normalization, causal=causal, value=value)
@@ -55,8 +57,8 @@ def _check_blocked_equals_dense(gauge_name, combos, *, unrolled_tiles: bool):
         dense, blocked = jax.jit(lambda x: (dense_field(x), blocked_field(x)))(x)  # noqa: B023
         others = [("blocked", blocked)]
         if unrolled_tiles:
-            with unittest.mock.patch.object(kernels, "DENSE_TILE", 4):  # dense by 15 unrolled tile pairs
-                assert kernels.dense_tile(N_BLOCK, jnp.float64) == 4
+            with unittest.mock.patch.object(summation, "DENSE_TILE", 4):  # dense by 15 unrolled tile pairs
+                assert summation.dense_tile(N_BLOCK, jnp.float64) == 4
                 others.append(("unrolled tiles", jax.jit(dense_field)(x)))
         # every row is computed by the same arithmetic (only the matmul tiling may differ): O(e^β)
         # velocities agree to a few ulps, far inside the 1e-12 acceptance bound
@@ -66,14 +68,14 @@ def _check_blocked_equals_dense(gauge_name, combos, *, unrolled_tiles: bool):
             )
     k = make_kernel(g, FACTORS["matrix_signed"](N_BLOCK), beta=1.7)
     # energy: 400 O(e^β/β) terms regrouped by row blocks, relative round-off ~1e-15
-    np.testing.assert_allclose(kernels.energy(k, x, block_size=8), kernels.energy(k, x), rtol=1e-12)
+    np.testing.assert_allclose(summation.energy(k, x, block_size=8), summation.energy(k, x), rtol=1e-12)
 
 
 @pytest.mark.parametrize("index, gauge_name", list(enumerate(sorted(GAUGES))))
 def test_blocked_field_equals_dense_every_kind(index, gauge_name):
     """Each gauge with 2 of the 32 combinations, chosen so that the 8 gauges cover 16 of them with
     every factor, normalization, causal flag and value represented (the full product is ``slow``);
-    also the dense evaluation by unrolled tiles (``kernels.dense_tile``)."""
+    also the dense evaluation by unrolled tiles (``summation.dense_tile``)."""
     _check_blocked_equals_dense(
         gauge_name, [COMBOS[(index + 13 * j) % 32] for j in range(2)], unrolled_tiles=True
     )
@@ -107,7 +109,7 @@ def test_parameter_batch_with_integrate_equals_single_runs():
     opts = dict(integrator=integrators.RK4(), dt=0.02, steps=25)
 
     def final(beta):
-        k = kernels.Kernel(g, factors.NoFactor(n), kernels.Profile("exp", beta, jnp.asarray(1.0)))
+        k = Kernel(g, factors.NoFactor(n), Profile("exp", beta, jnp.asarray(1.0)))
         return integrate(dynamics.make_vector_field(k), x0, **opts)
 
     betas = jnp.array([0.5, 1.0, 3.0])
@@ -146,7 +148,7 @@ def test_chunk_compiled_once_per_run():
     assert long.compile_time_s > 0.0
 
 
-# Float32 accuracy (documented in attnflow.solve): measured over E0/E1 settings, n = 64, 128, 256,
+# Float32 accuracy (documented in attnflow.numerics.solve): measured over E0/E1 settings, n = 64, 128, 256,
 # seeds 0–9, RK4 dt = 0.01 (benchmarks/RESULTS.md): max |x32 − x64| ≤ 6.6e-6 at t = 5 and ≤ 2.9e-6
 # at t = 20; mean cosines ≤ 2e-6 apart, energies ≤ 3e-7 relative. Documented bounds: 2e-5 and 1e-5.
 FLOAT32_STATE_BOUND = 2e-5
@@ -164,7 +166,7 @@ def test_float32_within_documented_bound(setting):
             g = gauges.make_rope(
                 np.arange(n), 3, gauges.rope_frequencies(3, kind="full_period", n=n), dtype=dtype
             )
-        return kernels.Kernel(g, factors.NoFactor(n), kernels.make_profile("exp", beta=1.0, dtype=dtype))
+        return Kernel(g, factors.NoFactor(n), make_profile("exp", beta=1.0, dtype=dtype))
 
     x0 = jnp.stack([sphere.sample_uniform(jax.random.key(s), n, 3) for s in range(seeds)])
     runs = {}
@@ -181,7 +183,7 @@ def test_float32_within_documented_bound(setting):
     k64 = kernel(jnp.float64)
     for s in range(seeds):
         assert abs(mean_cosine(x64[-1, s]) - mean_cosine(x32[-1, s])) <= FLOAT32_METRIC_BOUND
-        e64, e32 = (float(kernels.energy(k64, jnp.asarray(x[-1, s]))) for x in (x64, x32))
+        e64, e32 = (float(summation.energy(k64, jnp.asarray(x[-1, s]))) for x in (x64, x32))
         assert abs(e64 - e32) / e64 <= FLOAT32_METRIC_BOUND
 
 
@@ -191,8 +193,9 @@ _THREAD_SCRIPT = textwrap.dedent(
     import jax
     import numpy as np
     import attnflow
-    from attnflow import dynamics, factors, gauges, integrators, kernels, lanes, sphere
-    from attnflow.solve import solve
+    from attnflow.core import factors, gauges, sphere
+    from attnflow.numerics import dynamics, integrators, lanes, summation
+    from attnflow.numerics.solve import solve
     devices = int(sys.argv[2])
     if devices > 1:
         attnflow.use_cpu_cores(devices)
@@ -204,22 +207,22 @@ _THREAD_SCRIPT = textwrap.dedent(
         g = gauges.make_rope(np.arange(n), 3, frequencies, dtype=dtype)
         xi = jax.numpy.arange(n, dtype=dtype) / n
         factor = factors.DistanceBias(xi=xi, slope=jax.numpy.ones((), dtype))
-        k = kernels.Kernel(g, factor, kernels.make_profile("exp", beta=1.0, dtype=dtype))
+        k = Kernel(g, factor, make_profile("exp", beta=1.0, dtype=dtype))
         x0 = sphere.sample_uniform(0, n, 3).astype(dtype)
         for normalization, causal in (("sa", False), ("usa", True)):
             opts = dict(normalization=normalization, causal=causal, block_size=block)
             field = dynamics.make_vector_field(k, **opts)
             traj = solve(field, x0, integrator=integrators.RK4(), dt=0.01, t_end=0.04, save_every=0.02)
             out[f"{dtype}_{block}_{normalization}"] = traj.xs
-        out[f"{dtype}_{block}_energy"] = np.asarray(kernels.energy(k, x0, block_size=block))
+        out[f"{dtype}_{block}_energy"] = np.asarray(summation.energy(k, x0, block_size=block))
         if dtype == "float64":  # 5 seeds: on 2 devices 3 + (2 + a padding copy), on 8 one on each of 5
             x0s = np.stack([sphere.sample_uniform(seed, n, 3) for seed in range(5)])
             traj = solve(field, x0s, integrator=integrators.RK4(), dt=0.01, t_end=0.02, save_every=0.02)
             out[f"{dtype}_{block}_batch"] = traj.xs
-    n = 256  # float64 dense: unrolled tiles (kernels.dense_tile)
+    n = 256  # float64 dense: unrolled tiles (summation.dense_tile)
     g = gauges.make_rope(np.arange(n), 3, gauges.rope_frequencies(3, kind="full_period", n=n))
     factor = factors.DistanceBias(xi=jax.numpy.arange(n) / n, slope=jax.numpy.ones(()))
-    k = kernels.Kernel(g, factor, kernels.make_profile("exp", beta=1.0))
+    k = Kernel(g, factor, make_profile("exp", beta=1.0))
     for normalization, causal in (("sa", False), ("usa", True)):
         field = dynamics.make_vector_field(k, normalization=normalization, causal=causal)
         x0 = sphere.sample_uniform(1, n, 3)
@@ -262,12 +265,12 @@ def test_results_independent_of_thread_settings_and_devices(tmp_path):
 
 
 def test_dense_tile_only_where_the_upper_tiles_save_entries():
-    assert kernels.dense_tile(256, jnp.float64) == kernels.DENSE_TILE == 128  # 3 pairs: 3/4 of n²
-    assert kernels.dense_tile(512, jnp.float64) == 128  # 10 pairs: 5/8 of n²
-    assert kernels.dense_tile(200, jnp.float64) is None  # 3 pairs of 128²: more than 40 000 entries
-    assert kernels.dense_tile(128, jnp.float64) is None  # one tile: the matrix itself
-    assert kernels.dense_tile(640, jnp.float64) is None  # above DENSE_TILES_MAX
-    assert kernels.dense_tile(256, jnp.float32) is None  # float32: the products dominate
+    assert summation.dense_tile(256, jnp.float64) == summation.DENSE_TILE == 128  # 3 pairs: 3/4 of n²
+    assert summation.dense_tile(512, jnp.float64) == 128  # 10 pairs: 5/8 of n²
+    assert summation.dense_tile(200, jnp.float64) is None  # 3 pairs of 128²: more than 40 000 entries
+    assert summation.dense_tile(128, jnp.float64) is None  # one tile: the matrix itself
+    assert summation.dense_tile(640, jnp.float64) is None  # above DENSE_TILES_MAX
+    assert summation.dense_tile(256, jnp.float32) is None  # float32: the products dominate
 
 
 def test_auto_block_size():
@@ -285,7 +288,7 @@ def test_float32_row_blocks_equal_dense():
     n, f32 = 40, jnp.float32
     g = gauges.make_rope(np.arange(n), 3, gauges.rope_frequencies(3, kind="full_period", n=n), dtype=f32)
     factor = factors.DistanceBias(xi=jnp.arange(n, dtype=f32) / n, slope=jnp.asarray(1.0, f32))
-    k = kernels.Kernel(g, factor, kernels.make_profile("exp", beta=1.0, dtype=f32))
+    k = Kernel(g, factor, make_profile("exp", beta=1.0, dtype=f32))
     x = uniform(n, 3, seed=8).astype(f32)
     for normalization, causal in (("usa", False), ("sa", True)):
         opts = dict(normalization=normalization, causal=causal)
@@ -294,7 +297,7 @@ def test_float32_row_blocks_equal_dense():
         assert blocked.dtype == jnp.float32
         # the same row arithmetic in float32 (row blocks, no regrouping): a few float32 ulps at most
         np.testing.assert_allclose(blocked, dense, rtol=0, atol=1e-5)
-    np.testing.assert_allclose(kernels.energy(k, x, block_size=16), kernels.energy(k, x), rtol=1e-6)
+    np.testing.assert_allclose(summation.energy(k, x, block_size=16), summation.energy(k, x), rtol=1e-6)
 
 
 def test_random_batch_exact_at_p_equals_n_and_error_decreases_with_p():

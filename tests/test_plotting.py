@@ -1,4 +1,4 @@
-"""Tests of attnflow.plotting: the draw_* functions draw what they are given on the Axes they are
+"""Tests of attnflow.viz.plotting: the draw_* functions draw what they are given on the Axes they are
 given, and the write_* functions write valid, non-empty PNG files for d = 3 (spheres) and d = 5
 (principal-plane projections)."""
 
@@ -11,7 +11,7 @@ import pytest
 from matplotlib.collections import PathCollection
 from matplotlib.figure import Figure
 
-from attnflow.plotting import (
+from attnflow.viz.plotting import (
     draw_projection,
     draw_series,
     draw_sphere,

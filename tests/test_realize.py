@@ -1,4 +1,4 @@
-"""Tests of attnflow.realize: angle laws, gauge constructions, and the realisation bounds of SPEC E7/E8."""
+"""Tests of workflows.realize: angle laws, gauge constructions, and the realisation bounds of SPEC E7/E8."""
 
 import jax
 import numpy as np
@@ -6,7 +6,8 @@ import pytest
 import scipy.stats
 from scipy.integrate import quad
 
-from attnflow import metrics, realize
+from attnflow.analysis import metrics
+from attnflow.workflows import realize
 
 TWO_PI = 2 * np.pi
 E7_LAW = realize.VonMisesMixture(weights=(0.6, 0.4), kappas=(4.0, 10.0), mus=(1.0, 4.0))

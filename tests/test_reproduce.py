@@ -7,11 +7,17 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from attnflow import experiments, reproduce
 from attnflow.cli import app
-from attnflow.config import ConfigError
-from attnflow.experiments import Experiment, evaluate, experiment_ids, load_experiment, load_experiments
-from attnflow.reproduce import JobResult
+from attnflow.io.config import ConfigError
+from attnflow.workflows import experiments, reproduce
+from attnflow.workflows.experiments import (
+    Experiment,
+    evaluate,
+    experiment_ids,
+    load_experiment,
+    load_experiments,
+)
+from attnflow.workflows.reproduce import JobResult
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 FIGURES = ("comparison", "final_states", "mean_cosine", "energy", "metastability",
@@ -125,7 +131,7 @@ def test_realisation_experiments_skip_without_the_realize_module(monkeypatch):
     (e7,) = load_experiments(["E7"])
     job = reproduce.plan([e7], quick=True)[0]
     result = reproduce.run_job(job, lambda units: None)
-    assert result.status == "skipped" and "needs attnflow.realize" in result.reason
+    assert result.status == "skipped" and "needs attnflow.workflows.realize" in result.reason
 
 
 # --------------------------------------------------------------------------- command line
@@ -162,8 +168,8 @@ def _assert_png(path: Path) -> None:
 
 
 def test_reproduce_quick_passes_every_expectation_and_writes_the_report(tmp_path):
-    # E7/E8 need attnflow.realize; without it they are reported as skipped, never as passed.
-    realize_missing = importlib.util.find_spec("attnflow.realize") is None
+    # E7/E8 need attnflow.workflows.realize; without it they are reported as skipped, never as passed.
+    realize_missing = importlib.util.find_spec("attnflow.workflows.realize") is None
     out = tmp_path / "rep"
     result = invoke("reproduce", "--quick", "--out", str(out))
     assert result.exit_code == 0, result.output

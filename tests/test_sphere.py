@@ -1,4 +1,4 @@
-"""Sphere geometry (attnflow.sphere): projections, exponential map and its inverse differential,
+"""Sphere geometry (attnflow.core.sphere): projections, exponential map and its inverse differential,
 geodesic distance, and the initial laws (uniform, cap, equiangular)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from attnflow import sphere
+from attnflow.core import sphere
 
 
 def _tangent(x, seed):

@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 from scipy.special import iv
 
-from attnflow import factors, gauges, kernels, stability
-from attnflow.dynamics import make_vector_field
+from attnflow.analysis import stability
+from attnflow.core import factors, gauges
+from attnflow.core.kernel import Kernel, make_profile
+from attnflow.numerics.dynamics import make_vector_field
 
 
 def test_closed_form_rates_and_dominant_mode():
@@ -35,8 +37,8 @@ def test_jacobian_of_the_field_has_the_predicted_rates(time_scale):
     """The linearised USA field on S^1 at the uniform state, applied to the tangent mode
     ``δx_i = sin(kφ_i) x_i^⊥``, returns ``λ_k(n) δx`` (exact circulant eigenvalue, aliases included)."""
     n, beta = 16, 5.0  # small n: the aliases k + ln matter, so the discrete formula is really tested
-    profile = kernels.make_profile("exp", beta=beta, time_scale=time_scale)
-    kernel = kernels.Kernel(gauges.IdentityGauge(n=n, d=2), factors.NoFactor(n=n), profile)
+    profile = make_profile("exp", beta=beta, time_scale=time_scale)
+    kernel = Kernel(gauges.IdentityGauge(n=n, d=2), factors.NoFactor(n=n), profile)
     field = make_vector_field(kernel)
     x = jnp.asarray(stability.uniform_circle(n))
     perp = jnp.stack([-x[:, 1], x[:, 0]], axis=1)

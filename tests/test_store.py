@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from attnflow.store import StoredTrajectory, TrajectoryWriter, open_dataset, read_trajectory
+from attnflow.io.store import StoredTrajectory, TrajectoryWriter, open_dataset, read_trajectory
 
 N, D = 5, 3
 
@@ -312,7 +312,7 @@ _CHILD = textwrap.dedent(
     """
     import sys, time
     import numpy as np
-    from attnflow.store import TrajectoryWriter
+    from attnflow.io.store import TrajectoryWriter
 
     n, d = 16, 3
     writer = TrajectoryWriter(sys.argv[1], n_snapshots_max=1000, n=n, d=d, xi=np.arange(n))

@@ -17,10 +17,10 @@ import pytest
 from typer.testing import CliRunner
 
 from attnflow.cli import app
-from attnflow.config import ConfigError, config_hash, load_config, resolved_dict
-from attnflow.phase import classify_shape, parse_metric, phase_figure, phase_table, shape_features
-from attnflow.run import run
-from attnflow.sweep import (
+from attnflow.io.config import ConfigError, config_hash, load_config, resolved_dict
+from attnflow.viz.phase import classify_shape, parse_metric, phase_figure, phase_table, shape_features
+from attnflow.workflows.run import run
+from attnflow.workflows.sweep import (
     collect_results,
     is_finished,
     parse_grid,
@@ -164,7 +164,7 @@ def test_plan_errors_are_config_errors(base_file):
 
 
 def test_bad_execution_options_exit_2(base_file, tmp_path, monkeypatch):
-    monkeypatch.setattr("attnflow.sweep.CONNECT_TIMEOUT", "2s")  # nothing listens on port 9
+    monkeypatch.setattr("attnflow.workflows.sweep.CONNECT_TIMEOUT", "2s")  # nothing listens on port 9
     out = tmp_path / "sweep"
     args = ["sweep", str(base_file), "--grid", "model.beta=1", "--out", str(out)]
     result = CliRunner().invoke(app, [*args, "--workers", "0"])

@@ -1,4 +1,4 @@
-"""Tests of attnflow.theory: maximiser sets, energy bounds (D1, D2, D3), spectral criterion, certificates.
+"""Tests of analysis.theory: maximiser sets, energy bounds (D1, D2, D3), spectral criterion, certificates.
 
 Reference values are closed forms written here from SPEC §2 (not taken from the module under test):
 ``c e^β/(2β)`` for gauge kernels, ``c λ_max(W)/(2n)`` for the linear cosine factor, the Hessian
@@ -10,10 +10,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from attnflow import factors, gauges, kernels, metrics, sphere, theory
-from attnflow.dynamics import make_vector_field
-from attnflow.integrators import RK4
-from attnflow.solve import solve
+from attnflow.analysis import metrics, theory
+from attnflow.core import factors, gauges, sphere
+from attnflow.core.kernel import Kernel, make_profile
+from attnflow.numerics import summation
+from attnflow.numerics.dynamics import make_vector_field
+from attnflow.numerics.integrators import RK4
+from attnflow.numerics.solve import solve
 
 N = 24  # tokens of the certificate tests: the dense Hessian has (n d)² entries
 
@@ -51,7 +54,7 @@ GAUGES = {
 
 def exp_kernel(gauge, factor=None, *, beta=1.0, time_scale="plain"):
     factor = factors.NoFactor(n=gauge.n) if factor is None else factor
-    return kernels.Kernel(gauge, factor, kernels.make_profile("exp", beta=beta, time_scale=time_scale))
+    return Kernel(gauge, factor, make_profile("exp", beta=beta, time_scale=time_scale))
 
 
 # --------------------------------------------------------------------------- predicted maximiser sets
@@ -142,7 +145,7 @@ def test_random_configurations_stay_below_the_orbit_energy(name):
     e_max = theory.energy_max(kernel)
     keys = jax.random.split(jax.random.key(0), 100)
     xs = jax.jit(jax.vmap(lambda k: sphere.sample_uniform(k, N, gauge.d)))(keys)
-    energies = np.asarray(jax.jit(jax.vmap(lambda x: kernels.energy(kernel, x)))(xs))
+    energies = np.asarray(jax.jit(jax.vmap(lambda x: summation.energy(kernel, x)))(xs))
     assert np.all(energies < e_max)
     assert np.max(energies) < 0.9 * e_max  # random states are far from the maximum
     cert = theory.certify(kernel, xs[0])
@@ -156,7 +159,7 @@ def test_rescaled_time_scale_bound():
     x = theory.orbit_configuration(gauge, [0.0, 0.6, 0.8])
     # c = e^{−β}: c e^β/(2β) = 1/(2β).
     assert theory.energy_max(kernel) == pytest.approx(1 / (2 * beta), abs=1e-15)
-    assert float(kernels.energy(kernel, x)) == pytest.approx(1 / (2 * beta), abs=1e-12)
+    assert float(summation.energy(kernel, x)) == pytest.approx(1 / (2 * beta), abs=1e-12)
 
 
 def test_gauged_nonnegative_factor_bound_attained_on_the_orbit():
@@ -168,7 +171,7 @@ def test_gauged_nonnegative_factor_bound_attained_on_the_orbit():
     expected = np.e / 2 * w.mean()  # φ(1)·mean(W)/2
     assert theory.energy_max(kernel) == pytest.approx(expected, rel=1e-13)
     x = theory.orbit_configuration(gauge, [1.0, 0.0, 1.0])
-    assert float(kernels.energy(kernel, x)) == pytest.approx(expected, rel=1e-12)
+    assert float(summation.energy(kernel, x)) == pytest.approx(expected, rel=1e-12)
 
 
 def test_factor_mean_closed_forms_match_the_dense_mean():
@@ -188,8 +191,8 @@ def test_factor_mean_closed_forms_match_the_dense_mean():
 def linear_cosine_kernel(n, *, gauge=None, omega=2 * np.pi, time_scale="plain"):
     factor = factors.ToeplitzCos(xi=jnp.asarray(np.arange(n) / n), omega=jnp.asarray(omega))
     gauge = gauges.IdentityGauge(n=n, d=3) if gauge is None else gauge
-    profile = kernels.make_profile("linear", beta=1.0, time_scale=time_scale)
-    return kernels.Kernel(gauge, factor, profile)
+    profile = make_profile("linear", beta=1.0, time_scale=time_scale)
+    return Kernel(gauge, factor, profile)
 
 
 @pytest.mark.parametrize("time_scale", ["plain", "rescaled"])
@@ -201,7 +204,7 @@ def test_d2_great_circle_attains_the_spectral_bound(time_scale):
     bound = c * np.linalg.eigvalsh(w)[-1] / (2 * n)  # c λ_max(W)/(2n), λ_max = n/2
     assert bound == pytest.approx(c / 4, rel=1e-13)
     x = theory.great_circle(np.arange(n) / n, 2 * np.pi)
-    assert float(kernels.energy(kernel, jnp.asarray(x))) == pytest.approx(bound, abs=1e-12)
+    assert float(summation.energy(kernel, jnp.asarray(x))) == pytest.approx(bound, abs=1e-12)
     assert theory.energy_max(kernel) == pytest.approx(bound, abs=1e-13)
     assert theory.spectral_bound(w, c=c) == pytest.approx(bound, abs=1e-13)
     cert = theory.certify(
@@ -216,9 +219,9 @@ def test_d2_with_a_gauge_is_attained_on_the_gauged_circle():
     kernel = linear_cosine_kernel(n, gauge=gauge)
     u = theory.great_circle(np.arange(n) / n, 2 * np.pi)
     x = gauge.apply_transpose(jnp.asarray(u))  # the gauge frame holds the great circle
-    assert float(kernels.energy(kernel, x)) == pytest.approx(theory.energy_max(kernel), abs=1e-12)
+    assert float(summation.energy(kernel, x)) == pytest.approx(theory.energy_max(kernel), abs=1e-12)
     keys = jax.random.split(jax.random.key(1), 100)
-    energies = jax.jit(jax.vmap(lambda k: kernels.energy(kernel, sphere.sample_uniform(k, n, 3))))(keys)
+    energies = jax.jit(jax.vmap(lambda k: summation.energy(kernel, sphere.sample_uniform(k, n, 3))))(keys)
     assert float(jnp.max(energies)) < theory.energy_max(kernel)
 
 
@@ -226,10 +229,10 @@ def test_d2_bound_is_not_claimed_when_it_is_not_attained():
     # ω = 1 with ξ_i = i/n: a simple top eigenvalue whose eigenvector has unequal entries.
     assert theory.energy_max(linear_cosine_kernel(32, omega=1.0)) is None
     # The exponential profile with a sign-changing factor (D3) has no closed form.
-    kernel = kernels.Kernel(
+    kernel = Kernel(
         gauges.IdentityGauge(n=32, d=3),
         factors.ToeplitzCos(xi=jnp.asarray(np.arange(32) / 32), omega=jnp.asarray(2 * np.pi)),
-        kernels.make_profile("exp"),
+        make_profile("exp"),
     )
     assert theory.energy_max(kernel) is None
 
@@ -253,7 +256,7 @@ def test_d1_gradient_ascent_never_beats_the_dirac(factor):
     field = make_vector_field(kernel)
     x0 = jax.vmap(lambda k: sphere.sample_uniform(k, n, 3))(jax.random.split(jax.random.key(5), 4))
     traj = solve(field, x0, integrator=RK4(), dt=0.05, t_end=20.0, save_every=1.0)
-    energies = np.array([[float(kernels.energy(kernel, x)) for x in xs] for xs in traj.xs])
+    energies = np.array([[float(summation.energy(kernel, x)) for x in xs] for xs in traj.xs])
     # The gradient flow (E non-decreasing) from 4 random starts stays below E(Dirac), up to round-off.
     assert np.all(energies <= e_dirac * (1 + 1e-12))
     assert np.min(np.diff(energies, axis=0)) >= -1e-12
@@ -283,13 +286,13 @@ def test_d3_curves_match_finite_n_energies(beta):
     )
     circle = theory.great_circle(xi, 2 * np.pi)
     # Equally spaced nodes integrate the trigonometric series exactly up to aliases I_{≥63}(β).
-    assert float(kernels.energy(kernel, jnp.asarray(circle))) == pytest.approx(
+    assert float(summation.energy(kernel, jnp.asarray(circle))) == pytest.approx(
         theory.circle_energy(beta), rel=1e-12
     )
     antipodal = np.zeros((n, 3))
     antipodal[:, 0] = np.where(np.mod(xi + 0.25, 1.0) < 0.5, 1.0, -1.0)  # +e on (−1/4, 1/4)
     # A Riemann sum of a discontinuous integrand: O(1/n²) relative error, 8e-4 at n = 64.
-    assert float(kernels.energy(kernel, jnp.asarray(antipodal))) == pytest.approx(
+    assert float(summation.energy(kernel, jnp.asarray(antipodal))) == pytest.approx(
         theory.antipodal_energy(beta), rel=2e-3
     )
 

@@ -1,4 +1,4 @@
-"""Batches in worker processes (attnflow.workers): bitwise equal to single runs and to the batch in
+"""Batches in worker processes (attnflow.numerics.workers): bitwise equal to single runs and to the batch in
 this process, the state kept in the workers between calls, the wire protocol, failures, the core cap."""
 
 from __future__ import annotations
@@ -12,15 +12,17 @@ import numpy as np
 import pytest
 from jax import export
 
-from attnflow import dynamics, factors, gauges, integrators, kernels, lanes, workers
-from attnflow.solve import solve
-from attnflow.sphere import sample_uniform
+from attnflow.core import factors, gauges
+from attnflow.core.kernel import Kernel, make_profile
+from attnflow.core.sphere import sample_uniform
+from attnflow.numerics import dynamics, integrators, lanes, workers
+from attnflow.numerics.solve import solve
 
 
 def _field(n: int):
     gauge = gauges.make_rope(np.arange(n), 3, gauges.rope_frequencies(3, kind="full_period", n=n))
     factor = factors.DistanceBias(xi=jnp.arange(n) / n, slope=jnp.ones(()))
-    kernel = kernels.Kernel(gauge, factor, kernels.make_profile("exp", beta=1.0))
+    kernel = Kernel(gauge, factor, make_profile("exp", beta=1.0))
     return dynamics.make_vector_field(kernel, normalization="sa")
 
 

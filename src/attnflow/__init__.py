@@ -2,9 +2,11 @@
 
 Importing the package enables float64 in JAX (the library's default precision; float32 is a
 per-run option). Call ``attnflow.use_cpu_cores()`` before the first computation to run large
-tiled evaluations on every CPU core (``attnflow.lanes``; the results are the same either way).
-The names below are the main public objects; the modules (``attnflow.solve``, ``attnflow.build``,
-...) hold the functions. Plotting is not imported here.
+tiled evaluations on every CPU core (``attnflow.numerics.lanes``; the results are the same
+either way). The names below are the main public objects; the layers hold the functions:
+``attnflow.core`` (the mathematics), ``attnflow.numerics`` (how it is computed),
+``attnflow.analysis`` (diagnostics and theory), ``attnflow.io`` (config, storage),
+``attnflow.viz`` (figures), ``attnflow.workflows`` (the commands' bodies). Plotting is not imported here.
 """
 
 import jax
@@ -13,13 +15,14 @@ jax.config.update("jax_enable_x64", True)
 
 __version__ = "0.1.0"
 
-from attnflow.build import Simulation  # noqa: E402
-from attnflow.config import Config, ConfigError, config_from_dict, load_config  # noqa: E402
-from attnflow.dynamics import make_vector_field  # noqa: E402
-from attnflow.integrators import RK4, Adaptive, Euler, GeodesicRK4, make_integrator  # noqa: E402
-from attnflow.kernels import Kernel, Profile, energy, make_profile  # noqa: E402
-from attnflow.lanes import use_cpu_cores  # noqa: E402
-from attnflow.solve import Trajectory  # noqa: E402
+from attnflow.core.kernel import Kernel, Profile, make_profile  # noqa: E402
+from attnflow.io.config import Config, ConfigError, config_from_dict, load_config  # noqa: E402
+from attnflow.numerics.dynamics import make_vector_field  # noqa: E402
+from attnflow.numerics.integrators import RK4, Adaptive, Euler, GeodesicRK4, make_integrator  # noqa: E402
+from attnflow.numerics.lanes import use_cpu_cores  # noqa: E402
+from attnflow.numerics.solve import Trajectory  # noqa: E402
+from attnflow.numerics.summation import energy  # noqa: E402
+from attnflow.workflows.build import Simulation  # noqa: E402
 
 __all__ = [
     "RK4",

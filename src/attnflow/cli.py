@@ -69,9 +69,9 @@ def run(
     out: Annotated[Path | None, typer.Option(help="Run folder (default runs/<config hash>).")] = None,
 ) -> None:
     """Run one simulation and write its run folder."""
-    from attnflow.config import config_hash, load_config
-    from attnflow.lanes import use_cpu_cores
-    from attnflow.run import run as run_simulation
+    from attnflow.io.config import config_hash, load_config
+    from attnflow.numerics.lanes import use_cpu_cores
+    from attnflow.workflows.run import run as run_simulation
 
     use_cpu_cores()  # large n: the tile lanes run on every core (results do not depend on it)
     with user_errors():
@@ -88,7 +88,7 @@ def run(
 @app.command()
 def plot(run_dir: Annotated[Path, typer.Argument(help="A run folder.")]) -> None:
     """Redraw the figures of a run folder from its stored trajectory."""
-    from attnflow.run import replot
+    from attnflow.workflows.run import replot
 
     with user_errors():
         paths = replot(run_dir)
@@ -106,9 +106,9 @@ def reproduce(
     workers: Annotated[int | None, typer.Option(hidden=True, help="Processes (default <= 2).")] = None,
 ) -> None:
     """Run the paper's experiments (SPEC §6), check every expectation, write the report."""
-    from attnflow.report import failure_lines, summary_table
-    from attnflow.reproduce import parse_only, parse_sizes
-    from attnflow.reproduce import reproduce as run_reproduce
+    from attnflow.viz.report import failure_lines, summary_table
+    from attnflow.workflows.reproduce import parse_only, parse_sizes
+    from attnflow.workflows.reproduce import reproduce as run_reproduce
 
     with user_errors():
         ids, token_counts = parse_only(only), parse_sizes(sizes)
@@ -133,8 +133,8 @@ def realize(
     t_end: Annotated[float, typer.Option(help="Final time τ.")] = 40.0,
 ) -> None:
     """Realise a target law (SPEC §3): build the gauge, run the dynamics, write the run folder."""
-    from attnflow.realize import SUMMARY_KEYS as REALIZE_KEYS
-    from attnflow.realize import run_realisation
+    from attnflow.workflows.realize import SUMMARY_KEYS as REALIZE_KEYS
+    from attnflow.workflows.realize import run_realisation
 
     with user_errors():
         out = out if out is not None else Path("runs") / f"realize-{kind}-{target.stem}"
@@ -164,8 +164,8 @@ def sweep(
     workers: Annotated[int | None, typer.Option(help="Local worker processes (default: 1 per core).")] = None,
 ) -> None:
     """Run a resumable Cartesian sweep on Dask distributed (finished points are skipped)."""
-    from attnflow.config import load_config
-    from attnflow.sweep import parse_grid, plan_sweep, run_sweep
+    from attnflow.io.config import load_config
+    from attnflow.workflows.sweep import parse_grid, plan_sweep, run_sweep
 
     with user_errors():
         plan = plan_sweep(load_config(config, set_), [parse_grid(spec) for spec in grid])
@@ -192,7 +192,7 @@ def phase(
     title: Annotated[str | None, typer.Option(help="Figure title.")] = None,
 ) -> None:
     """Draw a phase diagram of a sweep: a metric over two grid keys, averaged over the others."""
-    from attnflow.phase import write_phase_figure
+    from attnflow.viz.phase import write_phase_figure
 
     with user_errors():
         path = write_phase_figure(sweep_dir, x, y, metric, out, title=title)

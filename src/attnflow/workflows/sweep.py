@@ -15,10 +15,10 @@ brackets: ``--grid 'gauge.frequencies=[1.0],[0.5,0.25]'`` is two points.
 The sweep folder ``DIR``::
 
     DIR/sweep.json        the base config, the grid, the points (hash and grid values)
-    DIR/runs/<hash>/      one run folder per point (``attnflow.run.run``), named by config_hash
+    DIR/runs/<hash>/      one run folder per point (``attnflow.workflows.run.run``), named by config_hash
     DIR/results.parquet   one row per point: hash, grid values (columns named by the keys),
     DIR/results.csv       status, error, every top-level scalar of metrics.json, wall_time_s,
-                          and the shape class of the final state (``attnflow.phase``)
+                          and the shape class of the final state (``attnflow.viz.phase``)
     DIR/jax_cache/        compiled programs shared by the worker processes (safe to delete)
 
 Resumable: a point whose folder holds a ``metrics.json`` with ``run.status`` is finished and is
@@ -64,8 +64,15 @@ from pathlib import Path
 from typing import Any
 
 from attnflow import __version__
-from attnflow.config import Config, ConfigError, apply_overrides, config_from_dict, config_hash, resolved_dict
-from attnflow.workers import SINGLE_THREAD_ENVIRON, single_thread_environ
+from attnflow.io.config import (
+    Config,
+    ConfigError,
+    apply_overrides,
+    config_from_dict,
+    config_hash,
+    resolved_dict,
+)
+from attnflow.numerics.workers import SINGLE_THREAD_ENVIRON, single_thread_environ
 
 __all__ = [
     "GridAxis",
@@ -98,7 +105,7 @@ JAX_CACHE = "jax_cache"
 
 # Environment of each local worker process, set before it starts: single-threaded (small
 # simulations only contend for cores, and results must not depend on the thread count; see
-# attnflow.workers.SINGLE_THREAD_ENVIRON), and
+# attnflow.numerics.workers.SINGLE_THREAD_ENVIRON), and
 # MALLOC_TRIM_THRESHOLD_: Dask's default (65536) returns freed memory to the OS eagerly, which the
 # SPEC probe found to double the time of short runs. Here 128 MiB keeps freed memory in the worker
 # between runs. Probe on the 2-core machine (16 runs, n = 8, 2 workers, a loaded machine, CPU time
@@ -373,7 +380,7 @@ def run_point(config_data: Mapping[str, Any], folder: str) -> dict[str, Any]:
         return {**outcome, "status": existing["run"]["status"]}
     staging = _staging(final)
     try:
-        from attnflow.run import run  # imported on the worker
+        from attnflow.workflows.run import run  # imported on the worker
 
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -587,7 +594,7 @@ def _scalar(value: Any) -> bool:
 
 
 def _row(point: SweepPoint, folder: Path, keys: Sequence[str]) -> dict[str, Any]:
-    from attnflow.phase import classify_run
+    from attnflow.viz.phase import classify_run
 
     row: dict[str, Any] = {"hash": point.hash, **{key: point.values[key] for key in keys}}
     metrics = _finished_metrics(folder)

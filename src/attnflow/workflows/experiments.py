@@ -33,7 +33,7 @@ checks; nothing about an experiment lives in code branches. Layout of ``E1.toml`
 
     [[expect]]                             # checked by evaluate() below
     text = "orbit_residual <= 1e-4 at tau = 20"
-    metric = "orbit_residual"              # a measured value (attnflow.reproduce.METRICS)
+    metric = "orbit_residual"              # a measured value (attnflow.workflows.reproduce.METRICS)
     op = "<="                              # "<", "<=", ">", ">=", "==", "~=" (|a - b| <= tol), "in"
     bound = 1e-4                           # a number, a boolean, [lo, hi] for "in";
     # bound_metric = "circle_deficit"      # ... or another measured value of the same seed
@@ -45,11 +45,11 @@ checks; nothing about an experiment lives in code branches. Layout of ``E1.toml`
     # across = "some size"                 # pass if it holds for at least one size
 
 One generic evaluator, :func:`evaluate`, checks every expectation against the values measured
-per seed (:mod:`attnflow.reproduce` measures them); no experiment has code of its own.
+per seed (:mod:`attnflow.workflows.reproduce` measures them); no experiment has code of its own.
 
 Every configuration (each variant at each size, quick overrides included) is validated through
-:func:`attnflow.config.config_from_dict` when the file is loaded, so a broken file fails before
-anything runs, with a :class:`~attnflow.config.ConfigError` naming the file and the key.
+:func:`attnflow.io.config.config_from_dict` when the file is loaded, so a broken file fails before
+anything runs, with a :class:`~attnflow.io.config.ConfigError` naming the file and the key.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ from typing import Any, Literal, Self
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from attnflow.config import Config, ConfigError, apply_overrides, config_from_dict
+from attnflow.io.config import Config, ConfigError, apply_overrides, config_from_dict
 
 __all__ = [
     "evaluate",
@@ -175,7 +175,7 @@ def time_label(t: float | None) -> str:
 
 
 def _experiments_folder() -> Path:
-    return Path(str(resources.files("attnflow").joinpath("experiments")))
+    return Path(str(resources.files("attnflow").joinpath("workflows", "paper")))
 
 
 def experiment_ids() -> list[str]:
@@ -318,7 +318,7 @@ def evaluate(experiment: Experiment, jobs: Sequence[Any]) -> list[dict[str, Any]
     """Check every expectation of ``experiment`` against measured values; one row per
     (expectation, variant, size), or per (expectation, variant) with ``across = "some size"``.
 
-    ``jobs`` are the results of the experiment's runs (:class:`attnflow.reproduce.JobResult`): each
+    ``jobs`` are the results of the experiment's runs (:class:`attnflow.workflows.reproduce.JobResult`): each
     has ``variant``, ``n``, ``status`` ("ok", "skipped", "error", or a solver status), ``reason``,
     and ``values``, one dict per seed: ``{"seed": s, "final": {metric: value}, "t=20": {...}}``.
     A value that is missing or None never satisfies a comparison. Rows hold the measured value

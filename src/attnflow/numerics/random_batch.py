@@ -29,12 +29,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnflow import factors
-from attnflow.dynamics import VALUES, VectorField, noise_increment
-from attnflow.integrators import Integrator
-from attnflow.kernels import NORMALIZATIONS, Kernel, factor_tile
-from attnflow.solve import SnapshotCallback, Trajectory, snapshot_count
-from attnflow.sphere import normalize, project
+from attnflow.core import factors
+from attnflow.core.kernel import Kernel
+from attnflow.core.sphere import normalize, project
+from attnflow.numerics.dynamics import VALUES, VectorField, noise_increment
+from attnflow.numerics.integrators import Integrator
+from attnflow.numerics.solve import SnapshotCallback, Trajectory, snapshot_count
+from attnflow.numerics.summation import NORMALIZATIONS, factor_tile
 
 MAX_GROUP_ENTRIES = 2**22  # batches are evaluated in groups of at most this many p × p entries
 
@@ -142,7 +143,7 @@ def solve_random_batch(
 ) -> Trajectory:
     """Integrate the random-batch approximation (batches of ``p``, a fresh partition every step).
 
-    Same time grid, snapshots and statuses as ``attnflow.solve.solve`` (fixed-step methods only);
+    Same time grid, snapshots and statuses as ``attnflow.numerics.solve.solve`` (fixed-step methods only);
     ``key`` drives the partitions (and the noise, if any). **An approximation** — see the module
     docstring for its error.
     """

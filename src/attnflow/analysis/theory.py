@@ -44,10 +44,11 @@ import numpy as np
 import scipy.optimize
 import scipy.special
 
-from attnflow.factors import DistanceBias, Factor, NoFactor, ToeplitzCos
-from attnflow.gauges import Gauge
-from attnflow.kernels import Kernel, energy
-from attnflow.sphere import project
+from attnflow.core.factors import DistanceBias, Factor, NoFactor, ToeplitzCos
+from attnflow.core.gauges import Gauge
+from attnflow.core.kernel import Kernel
+from attnflow.core.sphere import project
+from attnflow.numerics.summation import energy
 
 EIG_RTOL = 1e-9  # eigenvalues within this relative distance of λ_max form the leading eigenspace
 FRAME_TOL = 1e-9  # tolerance on the projector diagonal for the equal-norm tight frame test (D2)

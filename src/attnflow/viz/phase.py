@@ -164,7 +164,7 @@ def classify_shape(x: Any) -> str:
 def classify_run(run_dir: str | os.PathLike) -> dict[str, Any]:
     """``{"shape", "n_arcs"}`` of a run folder's final snapshot (``None`` unless d = 3 and the
     trajectory is readable)."""
-    from attnflow.store import open_dataset
+    from attnflow.io.store import open_dataset
 
     empty = {"shape": None, "n_arcs": None}
     try:
@@ -392,7 +392,7 @@ def write_phase_figure(
 ) -> Path:
     """Draw the phase diagram of a sweep folder's results table into ``out`` (PNG; default
     ``DIR/figures/phase_<metric>.png``)."""
-    from attnflow.sweep import read_results
+    from attnflow.workflows.sweep import read_results
 
     rows = read_results(sweep_dir)
     fig = phase_figure(rows, x, y, metric, title=title)

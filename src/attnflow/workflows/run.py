@@ -19,13 +19,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnflow import __version__, metrics, plotting, store
-from attnflow.build import Simulation, build
-from attnflow.config import Config, ConfigError, resolved_dict
-from attnflow.gauges import IdentityGauge
-from attnflow.kernels import energy
-from attnflow.solve import Trajectory, snapshot_count, solve
-from attnflow.theory import energy_max
+from attnflow import __version__
+from attnflow.analysis import metrics
+from attnflow.analysis.theory import energy_max
+from attnflow.core.gauges import IdentityGauge
+from attnflow.io import store
+from attnflow.io.config import Config, ConfigError, resolved_dict
+from attnflow.numerics.solve import Trajectory, snapshot_count, solve
+from attnflow.numerics.summation import energy
+from attnflow.viz import plotting
+from attnflow.workflows.build import Simulation, build
 
 COLLAPSE_THRESHOLD = 0.999
 ENERGY_TOL = 1e-10  # relative decrease allowed between snapshots (round-off of the energy sum)

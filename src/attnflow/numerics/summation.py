@@ -9,7 +9,7 @@
   ``n × n`` matrix), or blocked: symmetric tiles of ``block_size × block_size`` (float64;
   ``lax.scan`` over the tile pairs, memory ``O(n d + block_size²)`` per lane) or row blocks of
   ``block_size`` rows (float32; ``lax.map``, memory ``O(n · block_size)`` per lane). The tile
-  pairs or row blocks are dealt into lanes that run on every CPU core (``attnflow.lanes``).
+  pairs or row blocks are dealt into lanes that run on every CPU core (``attnflow.numerics.lanes``).
 - ``energy``: ``E = (1/(2n²)) Σ_ij h(z_i, z_j)``, dense or tiled the same way.
 - ``factor_tile``: the factor block ``w[idx_i][:, idx_j]`` from the labels, ``O(b_i b_j)``.
 
@@ -32,7 +32,7 @@ Performance notes (measured on a 2-core x86 CPU, see ``benchmarks/RESULTS.md``).
   markedly slower for 3 columns than for 4); for "sa" a column of ones is appended so that the
   softmax denominators come out of the same product instead of a separate reduction.
 - The dense path writes and re-reads ``n × n`` arrays and falls behind early; the automatic choice
-  is ``attnflow.build.auto_block_size``. In float64, from 256 tokens up to ``DENSE_TILES_MAX``
+  is ``attnflow.workflows.build.auto_block_size``. In float64, from 256 tokens up to ``DENSE_TILES_MAX``
   the dense evaluation uses the symmetric tiles too, unrolled, where they save a quarter of the
   entries or more (``dense_tile``: 1.1–1.4× faster per evaluation at n = 256–512). Blocked and
   dense results agree to round-off (the sums are regrouped), and neither depends on the number
@@ -42,74 +42,24 @@ Performance notes (measured on a 2-core x86 CPU, see ``benchmarks/RESULTS.md``).
 from __future__ import annotations
 
 import dataclasses
-from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnflow import factors, lanes
-from attnflow.factors import Factor
-from attnflow.gauges import Gauge
+from attnflow.core import factors
+from attnflow.core.kernel import Kernel
+from attnflow.numerics import lanes
 
-PROFILES = ("exp", "linear")
 NORMALIZATIONS = ("usa", "sa")
 DENSE_TILE = 128  # float64: the dense evaluation of a few tiles' worth of tokens (see dense_tile)
 DENSE_TILES_MAX = 512
 VALUE_COLUMNS = 4  # the value matrix is zero-padded to a multiple of this many columns (measured)
 
 
-@partial(jax.tree_util.register_dataclass, data_fields=["beta", "c"], meta_fields=["kind"])
-@dataclasses.dataclass(frozen=True)
-class Profile:
-    """``φ(t) = (c/β) e^{βt}`` (kind "exp") or ``φ(t) = c t`` (kind "linear")."""
-
-    kind: str
-    beta: jax.Array
-    c: jax.Array
-
-    def __post_init__(self):
-        if self.kind not in PROFILES:
-            raise ValueError(f"profile: `kind` must be one of {PROFILES}; got {self.kind!r}.")
-
-    @property
-    def scale(self) -> jax.Array:
-        """The constant ``φ'(1)``: ``c e^β`` (exp) or ``c`` (linear)."""
-        return self.c * jnp.exp(self.beta) if self.kind == "exp" else self.c
-
-    def dphi_unit(self, s: jax.Array) -> jax.Array:
-        """``φ'(s) / φ'(1)``, bounded by 1 on the sphere."""
-        return jnp.exp(self.beta * (s - 1.0)) if self.kind == "exp" else jnp.ones_like(s)
-
-    def phi(self, s: jax.Array) -> jax.Array:
-        if self.kind == "exp":
-            return self.scale / self.beta * jnp.exp(self.beta * (s - 1.0))
-        return self.c * s
-
-
-def make_profile(kind: str = "exp", *, beta: float = 1.0, time_scale: str = "plain", dtype=jnp.float64):
-    """Profile from the config vocabulary: ``time_scale`` "plain" (c = 1) or "rescaled" (c = e^{−β})."""
-    scales = {"plain": 1.0, "rescaled": float(jnp.exp(-beta))}
-    if time_scale not in scales:
-        raise ValueError(f"profile: `time_scale` must be one of {tuple(scales)}; got {time_scale!r}.")
-    return Profile(kind=kind, beta=jnp.asarray(beta, dtype), c=jnp.asarray(scales[time_scale], dtype))
-
-
-@partial(jax.tree_util.register_dataclass, data_fields=["gauge", "factor", "profile"], meta_fields=[])
-@dataclasses.dataclass(frozen=True)
-class Kernel:
-    gauge: Gauge
-    factor: Factor
-    profile: Profile
-
-    @property
-    def n(self) -> int:
-        return self.gauge.n
-
-
 def _row_blocks(fn, operands, n: int, block_size: int | None):
     """Evaluate ``fn(operands, idx) -> (b, ...)`` over all rows, in one block or in blocks of
-    ``block_size`` rows dealt into lanes (``attnflow.lanes``).
+    ``block_size`` rows dealt into lanes (``attnflow.numerics.lanes``).
 
     Rows past ``n`` (padding of the last block) are clamped to ``n − 1`` and dropped afterwards.
     """
@@ -214,7 +164,7 @@ def _tiled_sum(kernel: Kernel, u, padded, tile: int, *, causal: bool, unrolled: 
     """``Σ_j C_ij padded_j`` by symmetric tiles: the kernel matrix is symmetric, so each tile pair
     ``I < J`` is evaluated once and serves both ``g_I += C_IJ v_J`` and ``g_J += C_IJᵀ v_I``
     (half the exponentials of a row-block pass); causal sums need the lower tiles only. The pairs
-    are spread over lanes (``attnflow.lanes``), one accumulator per lane; or, ``unrolled`` (a few
+    are spread over lanes (``attnflow.numerics.lanes``), one accumulator per lane; or, ``unrolled`` (a few
     tiles: the dense evaluation of ``DENSE_TILES_MAX`` tokens or fewer), evaluated in turn into
     one accumulator, each tile a static slice.
 

@@ -26,12 +26,12 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.special
 
-from attnflow.dynamics import make_vector_field
-from attnflow.factors import NoFactor
-from attnflow.gauges import IdentityGauge
-from attnflow.integrators import RK4
-from attnflow.kernels import Kernel, make_profile
-from attnflow.solve import solve
+from attnflow.core.factors import NoFactor
+from attnflow.core.gauges import IdentityGauge
+from attnflow.core.kernel import Kernel, make_profile
+from attnflow.numerics.dynamics import make_vector_field
+from attnflow.numerics.integrators import RK4
+from attnflow.numerics.solve import solve
 
 
 def circle_growth_rate(k, beta: float, *, c: float = 1.0, n: int | None = None):

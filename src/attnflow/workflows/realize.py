@@ -37,20 +37,24 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnflow import __version__, metrics, plotting, sphere, store
-from attnflow.dynamics import make_vector_field
-from attnflow.factors import NoFactor
-from attnflow.gauges import DenseGauge, RoPE, check_orthogonal
-from attnflow.integrators import RK4
-from attnflow.kernels import Kernel, make_profile
-from attnflow.laws import (
+from attnflow import __version__
+from attnflow.analysis import metrics
+from attnflow.analysis.laws import (
     EmpiricalAngleLaw,
     QuantileLaw,
     VonMisesMixture,
     as_angle_law,
     spherical_mixture_samples,
 )
-from attnflow.solve import SnapshotCallback, Trajectory, snapshot_count, solve
+from attnflow.core import sphere
+from attnflow.core.factors import NoFactor
+from attnflow.core.gauges import DenseGauge, RoPE, check_orthogonal
+from attnflow.core.kernel import Kernel, make_profile
+from attnflow.io import store
+from attnflow.numerics.dynamics import make_vector_field
+from attnflow.numerics.integrators import RK4
+from attnflow.numerics.solve import SnapshotCallback, Trajectory, snapshot_count, solve
+from attnflow.viz import plotting
 
 TWO_PI = 2.0 * np.pi
 UNIT_TOL = 1e-6  # |‖y_i‖ − 1| allowed for sphere targets read from a file
@@ -408,8 +412,8 @@ def run_realisation(
     ``realisation_distance``, ``realisation_bound``, ``u_star``, ``realisation_wasserstein``) and
     ``figures/`` (the run figures and ``target.png``). Returns the metrics.
     """
-    from attnflow.build import Simulation  # the run-folder helpers live with `attnflow run`
-    from attnflow.run import gauge_frame, summarize, write_figures
+    from attnflow.workflows.build import Simulation  # the run-folder helpers live with `attnflow run`
+    from attnflow.workflows.run import gauge_frame, summarize, write_figures
 
     data, n_tokens = load_target(target, kind, n)
     out = Path(out)

@@ -1,23 +1,23 @@
 """Reproduce the paper's experiments (SPEC §6): plan, run, measure, check.
 
-The experiments are data (:mod:`attnflow.experiments`). :func:`reproduce` plans one *job* per
+The experiments are data (:mod:`attnflow.workflows.experiments`). :func:`reproduce` plans one *job* per
 (experiment, variant, n), runs it, measures every value an expectation can name
 (:data:`METRICS`), checks the expectations with the generic
-:func:`attnflow.experiments.evaluate` and hands the outcome to :mod:`attnflow.report`
+:func:`attnflow.workflows.experiments.evaluate` and hands the outcome to :mod:`attnflow.viz.report`
 (``results.json``, ``report.md``, ``report.html``, figures).
 
-- Seeds are batched: a job builds its :class:`~attnflow.build.Simulation` once (labels, gauges and
+- Seeds are batched: a job builds its :class:`~attnflow.workflows.build.Simulation` once (labels, gauges and
   factors do not depend on the seed), stacks the seeds' initial data ``x0 (B, n, d)`` and calls
-  :func:`~attnflow.solve.solve` once with the batch — one compilation per job, none per seed.
+  :func:`~attnflow.numerics.solve.solve` once with the batch — one compilation per job, none per seed.
   (A batched-seed entry point belongs in ``solve``/``run``; it lives here for now.)
 - Jobs run in up to two spawned worker processes, longest first (:func:`run_jobs`): XLA runs one
   small simulation on one core, and threads in one process only contend. Those processes run
-  their batches themselves (``ATTNFLOW_CORES=1``: no ``attnflow.workers`` of their own).
+  their batches themselves (``ATTNFLOW_CORES=1``: no ``attnflow.numerics.workers`` of their own).
 - Measurements come from the stored snapshots only (metrics, theory, the kernel's energy), never
   from a second simulation: energies and gauge frames of all snapshots and seeds in one jitted call
   each, then the SPEC §4 diagnostics per seed at the report times and at the end.
 - Realisation experiments (``kind = "realize_orbit" | "realize_sphere"``) call
-  :mod:`attnflow.realize` once per seed; without that module they are reported as skipped.
+  :mod:`attnflow.workflows.realize` once per seed; without that module they are reported as skipped.
 - The analytic factors are evaluated once as a matrix for the dense interaction
   (:func:`_with_factor_matrix`): same values, a 3–4× cheaper step for ``toeplitz_cos``.
 """
@@ -40,18 +40,26 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnflow import lanes, metrics
-from attnflow.build import Simulation, build, make_initial
-from attnflow.config import Config
-from attnflow.dynamics import make_vector_field
-from attnflow.experiments import Experiment, Variant, evaluate, experiment_ids, load_experiments, time_label
-from attnflow.factors import MatrixFactor, NoFactor
-from attnflow.gauges import IdentityGauge
-from attnflow.kernels import energy
-from attnflow.run import COLLAPSE_THRESHOLD, ENERGY_TOL
-from attnflow.solve import snapshot_count, solve
-from attnflow.theory import energy_max
-from attnflow.workers import one_core_per_process
+from attnflow.analysis import metrics
+from attnflow.analysis.theory import energy_max
+from attnflow.core.factors import MatrixFactor, NoFactor
+from attnflow.core.gauges import IdentityGauge
+from attnflow.io.config import Config
+from attnflow.numerics import lanes
+from attnflow.numerics.dynamics import make_vector_field
+from attnflow.numerics.solve import snapshot_count, solve
+from attnflow.numerics.summation import energy
+from attnflow.numerics.workers import one_core_per_process
+from attnflow.workflows.build import Simulation, build, make_initial
+from attnflow.workflows.experiments import (
+    Experiment,
+    Variant,
+    evaluate,
+    experiment_ids,
+    load_experiments,
+    time_label,
+)
+from attnflow.workflows.run import COLLAPSE_THRESHOLD, ENERGY_TOL
 
 THETA_C = 0.1  # cluster threshold (rad), SPEC §4 default
 MEAN_COSINE_TOL = 1e-12  # "mean_cosine non-decreasing" allows this much round-off between snapshots
@@ -289,7 +297,7 @@ def measure(
     sim: Simulation, ts: np.ndarray, xs: np.ndarray, seeds, experiment: Experiment, *, e_max: float | None
 ) -> tuple[list, FigureData]:
     """Per-seed values at the report times and at the end, from snapshots ``xs (T, B, n, d)``;
-    ``e_max`` is the theory's maximal energy (:func:`attnflow.theory.energy_max`) or None."""
+    ``e_max`` is the theory's maximal energy (:func:`attnflow.analysis.theory.energy_max`) or None."""
     gauged = not isinstance(sim.kernel.gauge, IdentityGauge)
     us = np.asarray(_gauge_frames(sim.kernel.gauge, jnp.asarray(xs))) if gauged else xs
     energies = np.asarray(_energies(sim.kernel, jnp.asarray(xs), block_size=sim.block_size))
@@ -421,11 +429,11 @@ def _orbit_frame(x: np.ndarray, alpha: np.ndarray, final: np.ndarray) -> np.ndar
 
 
 def _realize(job: Job, tick: Tick) -> JobResult:
-    if importlib.util.find_spec("attnflow.realize") is None:
+    if importlib.util.find_spec("attnflow.workflows.realize") is None:
         tick(job.units())
         return JobResult(job.experiment.id, job.variant.name, job.label, job.n, job.seeds, "skipped",
-                         "needs attnflow.realize (not available yet)")  # fmt: skip
-    realize = importlib.import_module("attnflow.realize")
+                         "needs attnflow.workflows.realize (not available yet)")  # fmt: skip
+    realize = importlib.import_module("attnflow.workflows.realize")
     p = job.experiment.realize_parameters(quick=job.quick)
     n, start, values, figure = job.n, time.perf_counter(), [], FigureData(beta=float(p.get("beta", 1.0)))
     common = {key: p[key] for key in ("beta", "t_end", "dt", "save_every") if key in p}
@@ -526,7 +534,7 @@ def run_jobs(jobs: Sequence[Job], tick: Tick, *, workers: int = 1) -> list[JobRe
 
 @dataclasses.dataclass
 class Outcome:
-    """Everything :mod:`attnflow.report` writes: the jobs' results and the expectation rows."""
+    """Everything :mod:`attnflow.viz.report` writes: the jobs' results and the expectation rows."""
 
     experiments: list[Experiment]
     jobs: list[JobResult]
@@ -553,7 +561,7 @@ def reproduce(
 
     ``workers``: processes that run jobs (default :func:`default_workers`; 1 runs everything here).
     """
-    from attnflow import report  # matplotlib is imported only when a report is written
+    from attnflow.viz import report  # matplotlib is imported only when a report is written
 
     start = time.perf_counter()
     experiments = load_experiments(only)

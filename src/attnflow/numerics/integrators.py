@@ -20,7 +20,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from attnflow.sphere import dexp_inv, exp_map, normalize, project
+from attnflow.core.sphere import dexp_inv, exp_map, normalize, project
 
 VectorField = Callable[[jax.Array], jax.Array]
 

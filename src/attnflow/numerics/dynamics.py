@@ -19,8 +19,9 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from attnflow.kernels import Kernel, attention_sum
-from attnflow.sphere import project
+from attnflow.core.kernel import Kernel
+from attnflow.core.sphere import project
+from attnflow.numerics.summation import attention_sum
 
 VALUES = ("gradient", "logits_only")
 VectorField = Callable[[jax.Array], jax.Array]

@@ -1,6 +1,6 @@
 """The reproduce report: ``results.json``, ``report.md``, a self-contained ``report.html``, figures.
 
-:func:`write_report` takes the :class:`~attnflow.reproduce.Outcome` of a run and writes, into
+:func:`write_report` takes the :class:`~attnflow.workflows.reproduce.Outcome` of a run and writes, into
 ``out_dir``:
 
 - ``results.json``: for every experiment, variant, n and seed the measured values (at the end and
@@ -34,9 +34,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from rich.table import Table
 
-from attnflow import __version__, plotting
-from attnflow.experiments import time_label
-from attnflow.reproduce import METRICS, JobResult, Outcome
+from attnflow import __version__
+from attnflow.viz import plotting
+from attnflow.workflows.experiments import time_label
+from attnflow.workflows.reproduce import METRICS, JobResult, Outcome
 
 OP_TEXT = {"<": "<", "<=": "≤", ">": ">", ">=": "≥", "==": "=", "~=": "≈", "in": "in"}
 

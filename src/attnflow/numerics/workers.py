@@ -2,7 +2,7 @@
 
 XLA splits every operation of a run over all the cores of its process, which does not pay for small
 runs, and JAX cannot limit a device to one thread (jax issues #743, #1539, #6790): two runs in one
-process, one per CPU device (``attnflow.lanes.batch_on_devices``), contend for the same threads.
+process, one per CPU device (``attnflow.numerics.lanes.batch_on_devices``), contend for the same threads.
 Only a process's CPU affinity confines XLA to one core. Measured in one run on 2 cores (n = 256,
 RK4, τ = 20, 10 seeds, snapshots every 0.1): 6.5–7.1 s in two worker processes, 8.4–11.7 s in one
 process on two devices; 10 sequential NumPy runs took 23.0–24.3 s (``benchmarks/RESULTS.md`` has
@@ -16,7 +16,7 @@ before the last one is collected and no worker waits for this process. The resul
 those of single runs in this process (tested): the worker runs the same program on one core, and
 XLA's results do not depend on the core count (``tests/test_performance.py``).
 
-A worker is ``python -c "import attnflow.workers as w; w.serve()"``, pinned to one core where the
+A worker is ``python -c "import attnflow.numerics.workers as w; w.serve()"``, pinned to one core where the
 OS allows it (Linux), speaking length-prefixed pickles over its stdin and stdout; stray output
 goes to stderr. It exits when its stdin closes, so it never outlives this process. The workers
 start with the first batch (about 2 s, part of that run's one-time start-up,
@@ -44,7 +44,7 @@ from collections.abc import Callable, Sequence
 import jax
 import numpy as np
 
-from attnflow import lanes
+from attnflow.numerics import lanes
 
 # Environment of a single-threaded worker process (these workers, and those of reproduce and sweep).
 SINGLE_THREAD_ENVIRON: dict[str, str] = {
@@ -59,7 +59,7 @@ SINGLE_THREAD_ENVIRON: dict[str, str] = {
 # 7.5–7.8 s without it, 9.1–9.9 s with it).
 _WORKER_JAX = {"JAX_PLATFORMS": "cpu", "JAX_CPU_ENABLE_ASYNC_DISPATCH": "false"}
 _HEADER = struct.Struct("<Q")
-_SERVE = "import attnflow.workers as w; w.serve()"
+_SERVE = "import attnflow.numerics.workers as w; w.serve()"
 
 
 def single_thread_environ() -> dict[str, str]:
@@ -250,7 +250,7 @@ def _key_impl(tree):
     impls = {jax.random.key_impl(a) for a in jax.tree.leaves(tree) if _is_key(a)}
     if len(impls) > 1:
         names = sorted(map(str, impls))
-        raise ValueError(f"attnflow.workers: PRNG keys of several implementations: {names}.")
+        raise ValueError(f"attnflow.numerics.workers: PRNG keys of several implementations: {names}.")
     return impls.pop() if impls else None
 
 

@@ -20,15 +20,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnflow import factors, gauges, sphere
-from attnflow.config import Config, ConfigError
-from attnflow.dynamics import VectorField, make_vector_field
-from attnflow.integrators import Integrator, make_integrator
-from attnflow.kernels import Kernel, make_profile, symmetric_tiles
+from attnflow.core import factors, gauges, sphere
+from attnflow.core.kernel import Kernel, make_profile
+from attnflow.io.config import Config, ConfigError
+from attnflow.numerics.dynamics import VectorField, make_vector_field
+from attnflow.numerics.integrators import Integrator, make_integrator
+from attnflow.numerics.summation import symmetric_tiles
 
 # Automatic blocking (benchmarks/RESULTS.md; 2 cores, one field evaluation).
 # float64: above AUTO_BLOCK_THRESHOLD tokens, symmetric tiles of AUTO_BLOCK_SIZE × AUTO_BLOCK_SIZE
-# (memory O(n d + block²) whatever n), dealt into lanes (attnflow.lanes). From n = 4096 the dense
+# (memory O(n d + block²) whatever n), dealt into lanes (attnflow.numerics.lanes). From n = 4096 the dense
 # path, which writes n × n arrays, is ≥ 3× slower. Tile size: with the lanes on 2 CPU devices, 128
 # was as fast as 256 at n = 16384 and up to 1.3× faster at n = 4096; 64 was slower. The tile size
 # is fixed (not derived from the core count): it sets the summation order, hence the rounding.

@@ -10,8 +10,8 @@ argument, so every call reuses the same executable); the compilation time is rep
 ``Trajectory.compile_time_s``.
 ``on_snapshot(k, t, x)`` is called after each snapshot (storage, progress bars). A batch of initial
 data ``x0 (B, n, d)`` (seeds) runs, on a CPU, in worker processes, one single-threaded process per
-core (``attnflow.workers``; ``workers=1``: in this process, the runs dealt to the CPU devices,
-``attnflow.lanes.batch_on_devices``), every run bitwise equal to a single run; on an accelerator
+core (``attnflow.numerics.workers``; ``workers=1``: in this process, the runs dealt to the CPU devices,
+``attnflow.numerics.lanes.batch_on_devices``), every run bitwise equal to a single run; on an accelerator
 with ``vmap``.
 
 Performance notes:
@@ -55,11 +55,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnflow import lanes
-from attnflow import workers as workers_module
-from attnflow.dynamics import VectorField, noise_increment
-from attnflow.integrators import Integrator
-from attnflow.sphere import normalize
+from attnflow.core.sphere import normalize
+from attnflow.numerics import lanes
+from attnflow.numerics import workers as workers_module
+from attnflow.numerics.dynamics import VectorField, noise_increment
+from attnflow.numerics.integrators import Integrator
 
 SnapshotCallback = Callable[[int, float, np.ndarray], None]
 
@@ -240,9 +240,9 @@ def solve(
     method always uses 1). ``None`` chooses it with ``snapshot_group``; it must divide the number of
     chunks. Results do not depend on it.
 
-    ``workers``: worker processes for a batch ``x0 (B, n, d)`` on a CPU (``attnflow.workers``):
+    ``workers``: worker processes for a batch ``x0 (B, n, d)`` on a CPU (``attnflow.numerics.workers``):
     ``None`` starts one per available core (at most ``B``), 1 runs the batch in this process
-    (``attnflow.lanes.batch_on_devices``). Results do not depend on it (bitwise).
+    (``attnflow.numerics.lanes.batch_on_devices``). Results do not depend on it (bitwise).
     """
     if noise > 0 and integrator.adaptive:
         raise ValueError(
@@ -289,7 +289,7 @@ def solve(
     grouped = _grouped(chunk)
     first_args = (x0, carry, snapshot_times(1))
     count = workers_module.batch_workers(x0.shape[0], workers) if batched else 1
-    if count > 1:  # a CPU batch: one single-threaded worker process per core (attnflow.workers)
+    if count > 1:  # a CPU batch: one single-threaded worker process per core (attnflow.numerics.workers)
         calls = workers_module.BatchProgram(grouped, first_args, (0, 0, None), count, feedback=2)
     else:
         program = lanes.batch_on_devices(grouped, in_axes=(0, 0, None)) if batched else grouped

@@ -10,7 +10,7 @@ devices (tested).
 
 A batch of runs (seeds) in one process is dealt to the same devices (``batch_on_devices``): each
 run is computed whole on one device, as the unbatched program. (``solve`` sends CPU batches to
-worker processes instead, ``attnflow.workers``, which run their shares this way on one device.)
+worker processes instead, ``attnflow.numerics.workers``, which run their shares this way on one device.)
 
 JAX shows one CPU device unless told otherwise before its backend starts: ``use_cpu_cores()``
 does that (the CLI and the benchmark call it; a Python user calls it before the first
