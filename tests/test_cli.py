@@ -176,3 +176,29 @@ def test_sigkilled_run_leaves_a_readable_trajectory(tmp_path):
     np.testing.assert_allclose(np.linalg.norm(stored.xs, axis=-1), 1.0, atol=1e-12)  # snapshots are whole
     assert np.allclose(np.diff(stored.ts), 0.5)  # a contiguous prefix of the save times
     assert open_dataset(out / "trajectory.zarr").sizes["time"] == stored.ts.size
+
+
+def test_plot_of_a_folder_without_a_store_exits_2(tmp_path):
+    result = invoke("plot", str(tmp_path))
+    assert result.exit_code == 2, result.output
+    assert "`RUN_DIR` must be a run folder with trajectory.zarr" in result.output
+    (tmp_path / "trajectory.zarr").mkdir()  # a folder of that name that is not a store
+    result = invoke("plot", str(tmp_path))
+    assert result.exit_code == 2, result.output
+    assert "`path` must be a trajectory store (a Zarr v3 group)" in result.output
+
+
+def test_a_library_bug_is_not_reported_as_bad_input(config_file, tmp_path, monkeypatch):
+    # A TypeError or FileNotFoundError raised inside the library is a bug (or the machine's
+    # failure), not bad input: it keeps its traceback and does not exit with code 2.
+    from attnflow.workflows import run as run_module
+
+    for error in (TypeError("unsupported operand"), FileNotFoundError("lost a temporary file")):
+
+        def broken(*args, error=error, **kwargs):
+            raise error
+
+        monkeypatch.setattr(run_module, "run", broken)
+        result = invoke("run", str(config_file), "--out", str(tmp_path / "out"))
+        assert result.exit_code != 2
+        assert result.exception is error

@@ -12,8 +12,15 @@ import warnings
 import numpy as np
 import pytest
 import xarray as xr
+import zarr
 
-from attnflow.io.store import StoredTrajectory, TrajectoryWriter, open_dataset, read_trajectory
+from attnflow.io.store import (
+    CorruptStoreError,
+    StoredTrajectory,
+    TrajectoryWriter,
+    open_dataset,
+    read_trajectory,
+)
 
 N, D = 5, 3
 
@@ -180,29 +187,56 @@ def test_x_written_but_t_not_is_not_a_snapshot(tmp_path):
 
 
 @pytest.mark.parametrize("array", ["t", "x"])
-def test_torn_chunk_ends_the_prefix(tmp_path, array):
-    # Storage that tears a chunk write (zarr < 3.1.3 did not write atomically): the checksum
-    # makes the torn chunk unreadable, and the reader stops just before it.
+def test_torn_last_chunk_ends_the_prefix(tmp_path, array):
+    # Storage that tears the last chunk write of a killed run (a filesystem without atomic
+    # renames): the checksum makes the torn chunk unreadable, and the reader stops just before it.
     path = tmp_path / "trajectory.zarr"
     _write(path, 6, close=False)
-    chunk = path / array / "c" / ("4" if array == "t" else "4/0/0")
+    chunk = path / array / "c" / ("5" if array == "t" else "5/0/0")
     chunk.write_bytes(chunk.read_bytes()[:-3])
     traj = read_trajectory(path)
-    assert traj.xs.shape == (4, N, D)
-    np.testing.assert_array_equal(traj.xs, np.stack([_x(k) for k in range(4)]))
-    assert open_dataset(path).sizes["time"] == 4
+    assert traj.xs.shape == (5, N, D)
+    np.testing.assert_array_equal(traj.xs, np.stack([_x(k) for k in range(5)]))
+    assert open_dataset(path).sizes["time"] == 5
 
 
-def test_garbled_chunk_fails_its_checksum(tmp_path):
-    path = tmp_path / "trajectory.zarr"
-    _write(path, 3)
-    chunk = path / "x" / "c" / "2" / "0" / "0"
+def _garble(chunk):
     data = bytearray(chunk.read_bytes())
     data[0] ^= 0xFF  # a plausible-looking float, caught only by the CRC
     chunk.write_bytes(bytes(data))
-    traj = read_trajectory(path)
-    assert traj.xs.shape == (2, N, D)
-    assert traj.status == "incomplete"  # close recorded 3 snapshots; 2 are readable
+
+
+def test_garbled_chunk_of_a_closed_store_is_corruption_not_truncation(tmp_path):
+    path = tmp_path / "trajectory.zarr"
+    _write(path, 3)
+    _garble(path / "x" / "c" / "2" / "0" / "0")
+    message = r"store: snapshot 2 of '.*trajectory\.zarr' fails its checksum \(chunk 2 of `t` or `x`\)"
+    with pytest.raises(CorruptStoreError, match=message):
+        read_trajectory(path)
+    with pytest.raises(CorruptStoreError, match=message):
+        open_dataset(path)
+
+
+def test_garbled_chunk_before_written_snapshots_is_corruption(tmp_path):
+    # Never closed (as if killed), but snapshots 3-5 were written after the damaged one.
+    path = tmp_path / "trajectory.zarr"
+    _write(path, 6, close=False)
+    _garble(path / "t" / "c" / "2")
+    with pytest.raises(CorruptStoreError, match="snapshot 2 of"):
+        read_trajectory(path)
+
+
+def test_an_error_that_is_not_a_checksum_propagates(tmp_path, monkeypatch):
+    # A library bug must not read as a truncated run.
+    path = tmp_path / "trajectory.zarr"
+    _write(path, 3)
+
+    def broken(self, selection):
+        raise ValueError("shape mismatch in some codec")
+
+    monkeypatch.setattr(zarr.Array, "__getitem__", broken)
+    with pytest.raises(ValueError, match="shape mismatch in some codec"):
+        read_trajectory(path)
 
 
 # --- errors ---------------------------------------------------------------------------------------

@@ -29,10 +29,14 @@ stdout = Console()
 
 @contextlib.contextmanager
 def user_errors() -> Iterator[None]:
-    """Turn bad input into one line on stderr and exit code 2."""
+    """Turn bad input into one line on stderr and exit code 2.
+
+    The library reports bad input as ``ValueError`` (``ConfigError`` and the other input errors
+    subclass it); any other exception is a bug or a failure of the machine, and keeps its traceback.
+    """
     try:
         yield
-    except (ValueError, TypeError, FileNotFoundError) as error:
+    except ValueError as error:
         stderr.print(f"error: {error}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(code=2) from None
 

@@ -263,7 +263,7 @@ class TrajectoryWriter:
 def read_trajectory(path: str | os.PathLike[str]) -> StoredTrajectory:
     """Read a store into memory, trimmed to its complete snapshots (a contiguous prefix)."""
     group = _open_store(path)
-    blocks = list(_complete_blocks(group["t"], group["x"]))
+    blocks = list(_complete_blocks(group["t"], group["x"], recorded=group.attrs.get("n_snapshots")))
     ts = np.concatenate([ts for ts, _ in blocks])
     xs = np.concatenate([xs for _, xs in blocks])
     xi = np.asarray(group["xi"][...])
@@ -282,7 +282,8 @@ def open_dataset(path: str | os.PathLike[str]) -> xr.Dataset:
     ``read_trajectory`` reports. Variables load on access (no dask; call ``.chunk()`` for dask).
     """
     group = _open_store(path)
-    k = sum(ts.shape[0] for ts, _ in _complete_blocks(group["t"], group["x"]))
+    recorded = group.attrs.get("n_snapshots")
+    k = sum(ts.shape[0] for ts, _ in _complete_blocks(group["t"], group["x"], recorded=recorded))
     status = _resolved_status(dict(group.attrs), k)
     ds = xr.open_zarr(Path(path), consolidated=False, chunks=None, zarr_format=3)
     ds = ds.isel(time=slice(0, k))
@@ -367,7 +368,7 @@ def _move_into_place(staging: Path, path: Path) -> None:
 def _open_store(path: str | os.PathLike[str]) -> zarr.Group:
     path = Path(path)
     if not (path / "zarr.json").is_file():
-        raise FileNotFoundError(
+        raise NotAStoreError(
             f"{_WHERE}: `path` must be a trajectory store (a Zarr v3 group); got {str(path)!r}, "
             "which has no zarr.json."
         )
@@ -381,22 +382,52 @@ def _open_store(path: str | os.PathLike[str]) -> zarr.Group:
     return group
 
 
-def _complete_blocks(t: zarr.Array, x: zarr.Array) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+class NotAStoreError(FileNotFoundError, ValueError):
+    """The path given is not a trajectory store (bad input: a ``ValueError``, and a
+    ``FileNotFoundError`` for callers that test for a missing file)."""
+
+
+class CorruptStoreError(ValueError):
+    """A chunk of a store fails its checksum where no interrupted write can explain it: the data
+    were damaged after they were written (a killed run only ever loses its unwritten snapshots)."""
+
+
+def _complete_blocks(
+    t: zarr.Array, x: zarr.Array, *, recorded: int | None = None
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Yield ``(ts, xs)`` blocks of complete snapshots, in order, up to the first incomplete one.
 
     A snapshot is complete iff its ``t`` and ``x`` are readable and finite. Reading block by block
     bounds memory and makes the cost follow the snapshots written, not the preallocation.
+    A chunk that fails its checksum ends the prefix only where an interrupted write explains it:
+    it is the last snapshot written and the store was never closed (``recorded`` is None).
+    Otherwise it raises ``CorruptStoreError`` naming the chunk.
     """
     size = t.shape[0]
     for start in range(0, size, _READ_BLOCK):
         stop = min(start + _READ_BLOCK, size)
-        ts = _read_rows(t, start, stop)
+        ts, torn = _read_rows(t, start, stop)
         k = _finite_prefix(ts)
-        xs = _read_rows(x, start, start + k)
+        xs, torn_x = _read_rows(x, start, start + k)
+        torn |= torn_x
         k = _finite_prefix(xs)
+        if start + k in torn:
+            _check_torn_tail(t, start + k, recorded)
         yield ts[:k], xs[:k]
         if k < stop - start:
             return
+
+
+def _check_torn_tail(t: zarr.Array, row: int, recorded: int | None) -> None:
+    later = _read_rows(t, row + 1, min(row + 1 + _READ_BLOCK, t.shape[0]))[0]
+    if recorded is None and not np.isfinite(later).any():
+        return  # the last write of a run that never closed its store
+    path = getattr(t.store, "root", "")
+    raise CorruptStoreError(
+        f"{_WHERE}: snapshot {row} of {str(path)!r} fails its checksum (chunk {row} of `t` or `x`), "
+        "although later snapshots or the closed store show it was written: the store is corrupt, "
+        "not the record of an interrupted run."
+    )
 
 
 def _finite_prefix(rows: np.ndarray) -> int:
@@ -405,17 +436,28 @@ def _finite_prefix(rows: np.ndarray) -> int:
     return rows.shape[0] if ok.all() else int(np.argmin(ok))
 
 
-def _read_rows(array: zarr.Array, start: int, stop: int) -> np.ndarray:
-    """``array[start:stop]``, with NaN in place of any row whose chunk cannot be decoded."""
+def _is_checksum_error(error: ValueError) -> bool:
+    return "checksum" in str(error)
+
+
+def _read_rows(array: zarr.Array, start: int, stop: int) -> tuple[np.ndarray, set[int]]:
+    """``array[start:stop]``, with NaN in place of any row whose chunk fails its checksum, and the
+    set of those rows. Any other error propagates."""
     try:
-        return np.asarray(array[start:stop])
-    except Exception:  # a torn chunk (checksum or size mismatch); find it row by row below
-        pass
+        return np.asarray(array[start:stop]), set()
+    except ValueError as error:
+        if not _is_checksum_error(error):
+            raise
     rows = np.full((stop - start, *array.shape[1:]), np.nan, dtype=array.dtype)
+    torn = set()
     for i in range(start, stop):
-        with contextlib.suppress(Exception):  # an unreadable chunk is an incomplete snapshot
+        try:
             rows[i - start] = array[i]
-    return rows
+        except ValueError as error:
+            if not _is_checksum_error(error):
+                raise
+            torn.add(i)
+    return rows, torn
 
 
 def _resolved_status(attrs: Mapping[str, Any], k: int) -> str:
