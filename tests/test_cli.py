@@ -202,3 +202,26 @@ def test_a_library_bug_is_not_reported_as_bad_input(config_file, tmp_path, monke
         result = invoke("run", str(config_file), "--out", str(tmp_path / "out"))
         assert result.exit_code != 2
         assert result.exception is error
+
+
+def test_a_run_that_goes_non_finite_exits_3_and_keeps_its_folder(tmp_path):
+    # beta = 88 in float32: exp(beta) overflows within the first steps.
+    config = tmp_path / "overflow.toml"
+    config.write_text(SMALL)
+    out = tmp_path / "run"
+    overrides = ["--set", "model.beta=88.0", "--set", 'solver.dtype="float32"']
+    result = invoke("run", str(config), "--out", str(out), *overrides)
+    assert result.exit_code == 3, result.output
+    assert "did not finish as asked: status 'nonfinite'" in result.stderr
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["run"]["status"] == "nonfinite"
+    assert read_trajectory(out / "trajectory.zarr").xs.shape[0] >= 1
+
+
+def test_version_and_exit_codes_in_help():
+    result = invoke("--version")
+    assert result.exit_code == 0 and result.stdout.startswith("attnflow ")
+    result = invoke("--help")
+    assert result.exit_code == 0
+    text = " ".join(result.stdout.split())  # rich wraps the help text
+    assert "2 bad input" in text and "3 a run started but did not finish" in text

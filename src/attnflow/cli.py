@@ -1,6 +1,9 @@
-"""The ``attnflow`` command line (SPEC §7.1). Each command body is a few lines over the library.
+"""The ``attnflow`` command line. Each command body is a few lines over the library.
 
-Bad input (a ``ValueError``, ``ConfigError`` included) becomes one line on stderr and exit code 2.
+Exit codes (``EXIT_CODES``): 0 done as asked; 1 ``reproduce`` ran but an expectation failed;
+2 bad input (one line on stderr, nothing written); 3 a run started but did not finish as asked
+(a non-finite state, a step limit, a failed sweep point: the run folder records why).
+Bad input is a ``ValueError`` (``ConfigError`` included); any other exception keeps its traceback.
 """
 
 from __future__ import annotations
@@ -16,9 +19,19 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+EXIT_OK, EXIT_EXPECTATION_FAILED, EXIT_BAD_INPUT, EXIT_UNFINISHED = 0, 1, 2, 3
+EXIT_CODES = {
+    EXIT_OK: "done as asked",
+    EXIT_EXPECTATION_FAILED: "reproduce: the runs finished but an expectation failed (see the report)",
+    EXIT_BAD_INPUT: "bad input: one line on stderr, nothing written",
+    EXIT_UNFINISHED: "a run started but did not finish as asked: its folder records the status and why",
+}
+
 app = typer.Typer(
     name="attnflow",
-    help="Mean-field self-attention dynamics with frozen auxiliary variables.",
+    help="Mean-field self-attention dynamics with frozen auxiliary variables.\n\nExit codes: "
+    + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES.items())
+    + ".",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -37,8 +50,38 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except ValueError as error:
-        stderr.print(f"error: {error}", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(code=2) from None
+        say(f"error: {error}")
+        raise typer.Exit(code=EXIT_BAD_INPUT) from None
+
+
+def say(line: str) -> None:
+    """One plain line on stderr (no markup, no wrapping)."""
+    stderr.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        stdout.print(f"attnflow {version('attnflow')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Mean-field self-attention dynamics with frozen auxiliary variables."""
+
+
+def exit_unless_ok(status: str, folder: Path) -> None:
+    """Exit with ``EXIT_UNFINISHED`` and one line when a run ended with a status other than "ok"."""
+    if status != "ok":
+        say(f"error: the run did not finish as asked: status {status!r}; the folder {str(folder)!r} keeps "
+            "every completed snapshot and records the status in metrics.json.")  # fmt: skip
+        raise typer.Exit(code=EXIT_UNFINISHED)
 
 
 @contextlib.contextmanager
@@ -68,7 +111,7 @@ SUMMARY_KEYS = (
 
 @app.command()
 def run(
-    config: Annotated[Path, typer.Argument(help="TOML config (SPEC §7.2).")],
+    config: Annotated[Path, typer.Argument(help="TOML config file.")],
     set_: Annotated[list[str], typer.Option("--set", help="Override, e.g. model.n=128.")] = [],  # noqa: B006
     out: Annotated[Path | None, typer.Option(help="Run folder (default runs/<config hash>).")] = None,
 ) -> None:
@@ -87,6 +130,7 @@ def run(
     rows = {k: result.metrics.get(k) for k in SUMMARY_KEYS}
     rows.update(status=info["status"], steps=info["steps"], wall_time_s=info["wall_time_s"], folder=str(out))
     print_summary(f"attnflow run {config.name}", rows)
+    exit_unless_ok(info["status"], out)
 
 
 @app.command()
@@ -109,7 +153,7 @@ def reproduce(
     seeds: Annotated[int | None, typer.Option(hidden=True, help="Testing: first k seeds only.")] = None,
     workers: Annotated[int | None, typer.Option(hidden=True, help="Processes (default <= 2).")] = None,
 ) -> None:
-    """Run the paper's experiments (SPEC §6), check every expectation, write the report."""
+    """Run the paper's experiments E0-E9, check every expectation, write the report."""
     from attnflow.viz.report import failure_lines, summary_table
     from attnflow.workflows.reproduce import parse_only, parse_sizes
     from attnflow.workflows.reproduce import reproduce as run_reproduce
@@ -121,22 +165,24 @@ def reproduce(
             outcome = run_reproduce(out, **options, progress=progress)
     stdout.print(summary_table(outcome))
     for line in failure_lines(outcome):
-        stderr.print(line, markup=False, highlight=False, soft_wrap=True)
+        say(line)
     stdout.print(f"report: {out / 'report.html'}")
     if outcome.failures:
-        raise typer.Exit(code=1)
+        raise typer.Exit(code=EXIT_EXPECTATION_FAILED)
 
 
 @app.command()
 def realize(
     target: Annotated[Path, typer.Option(help="Target (.npy): sphere (n,d) unit rows; orbit (n,) angles.")],
-    kind: Annotated[str, typer.Option(help="'sphere' (gauge-level, SPEC §3.2) or 'orbit' (RoPE, §3.1).")],
+    kind: Annotated[
+        str, typer.Option(help="'sphere' (gauge-level realisation) or 'orbit' (one RoPE orbit).")
+    ],
     n: Annotated[int | None, typer.Option(help="Tokens (orbit: default the sample count).")] = None,
     out: Annotated[Path | None, typer.Option(help="Run folder (default runs/realize-<kind>-<name>).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the initial data.")] = 0,
     t_end: Annotated[float, typer.Option(help="Final time τ.")] = 40.0,
 ) -> None:
-    """Realise a target law (SPEC §3): build the gauge, run the dynamics, write the run folder."""
+    """Realise a target law: build the gauge, run the dynamics, write the run folder."""
     from attnflow.workflows.realize import SUMMARY_KEYS as REALIZE_KEYS
     from attnflow.workflows.realize import run_realisation
 
@@ -147,11 +193,12 @@ def realize(
     rows = {k: result.get(k) for k in REALIZE_KEYS}
     rows.update(status=result["run"]["status"], wall_time_s=result["run"]["wall_time_s"], folder=str(out))
     print_summary(f"attnflow realize --kind {kind} {target.name}", rows)
+    exit_unless_ok(result["run"]["status"], out)
 
 
 @app.command()
 def sweep(
-    config: Annotated[Path, typer.Argument(help="Base TOML config (SPEC §7.2).")],
+    config: Annotated[Path, typer.Argument(help="Base TOML config file.")],
     grid: Annotated[
         list[str],
         typer.Option(
@@ -176,12 +223,15 @@ def sweep(
         with progress_bar("sweep") as progress:
             summary = run_sweep(plan, out, scheduler=scheduler, workers=workers, progress=progress)
     for message, count in summary.warnings.items():
-        stderr.print(f"warning ({count} points): {message}", markup=False, highlight=False, soft_wrap=True)
+        say(f"warning ({count} points): {message}")
     for digest, error in summary.failures.items():
-        stderr.print(f"failed {digest}: {error}", markup=False, highlight=False, soft_wrap=True)
+        say(f"failed {digest}: {error}")
     rows = {"points": summary.points, "done": summary.done, "skipped": summary.skipped}
     rows.update(failed=summary.failed, wall_time_s=summary.wall_time_s, results=str(summary.results))
     print_summary(f"attnflow sweep {config.name}", rows)
+    if summary.failed:
+        say(f"error: {summary.failed} of {summary.points} points did not finish (their folders say why).")
+        raise typer.Exit(code=EXIT_UNFINISHED)
 
 
 @app.command()
