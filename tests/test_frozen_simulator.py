@@ -1,0 +1,47 @@
+"""Every expectation of the reproduction can fail: a simulator that never moves fails at least one
+row of every experiment and of every variant (the quick settings, in this process)."""
+
+import sys
+
+import numpy as np
+import pytest
+
+import attnflow.numerics.solve as solve_module
+from attnflow.numerics.solve import Trajectory, snapshot_count
+from attnflow.workflows import experiments as experiment_files
+from attnflow.workflows import realize, reproduce  # noqa: F401  (realize: patched below)
+
+
+def frozen_solve(field, x0, *, t_end, save_every, on_snapshot=None, **options):
+    """``solve`` of a simulator that never moves: every snapshot is ``x0``."""
+    count = snapshot_count(t_end, save_every)
+    ts = np.arange(count) * save_every
+    x0 = np.asarray(x0)
+    xs = np.broadcast_to(x0, (count, *x0.shape)).copy()
+    if on_snapshot is not None:
+        for k in range(count):
+            on_snapshot(k, float(ts[k]), xs[k])
+    return Trajectory(ts=ts, xs=xs, status="ok", steps=0)
+
+
+@pytest.fixture
+def frozen(monkeypatch):
+    """Replace ``solve`` wherever attnflow imported it (the workflows call it by name)."""
+    replaced, original = 0, solve_module.solve
+    for name, module in list(sys.modules.items()):
+        if name.startswith("attnflow.") and getattr(module, "solve", None) is original:
+            monkeypatch.setattr(module, "solve", frozen_solve)
+            replaced += 1
+    assert replaced >= 3  # numerics.solve itself, the simulated experiments, the realisations
+
+
+def test_a_frozen_simulator_fails_a_row_of_every_experiment_and_variant(frozen):
+    experiments = experiment_files.load_experiments()
+    jobs = reproduce.plan(experiments, quick=True)
+    results = reproduce.run_jobs(jobs, lambda units: None, workers=1)
+    for experiment in experiments:
+        rows = experiment_files.evaluate(experiment, [r for r in results if r.experiment == experiment.id])
+        for variant in experiment.variants:
+            statuses = [row["status"] for row in rows if row["variant"] == variant.name]
+            assert statuses, (experiment.id, variant.name)
+            assert "FAIL" in statuses, f"{experiment.id} {variant.name or ''}: every row passes frozen"
