@@ -225,3 +225,35 @@ def test_version_and_exit_codes_in_help():
     assert result.exit_code == 0
     text = " ".join(result.stdout.split())  # rich wraps the help text
     assert "2 bad input" in text and "3 a run started but did not finish" in text
+
+
+@pytest.mark.parametrize("command", ["run", "reproduce", "realize", "sweep"])
+def test_an_out_that_cannot_be_a_folder_exits_2_before_anything_runs(config_file, tmp_path, command):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    target = tmp_path / "target.npy"
+    np.save(target, np.zeros(8))
+    args = {
+        "run": ["run", str(config_file)],
+        "reproduce": ["reproduce", "--only", "E0"],
+        "realize": ["realize", "--target", str(target), "--kind", "orbit"],
+        "sweep": ["sweep", str(config_file), "--grid", "model.beta=1,2"],
+    }[command]
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = invoke(*args, "--out", str(blocker / "run"))
+    assert result.exit_code == 2, result.output
+    assert result.stderr == f"error: --out: Not a directory ({blocker / 'run'})\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+@pytest.mark.parametrize(
+    ("option", "value"), [("--seed", "-1"), ("--seed", str(2**64)), ("--t-end", "0"), ("--t-end", "-3")]
+)
+def test_realize_options_are_checked_before_anything_is_written(tmp_path, option, value):
+    target = tmp_path / "target.npy"
+    np.save(target, np.zeros(8))
+    out = tmp_path / "out"
+    result = invoke("realize", "--target", str(target), "--kind", "orbit", "--out", str(out), option, value)
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '{option}'" in " ".join(result.output.split())
+    assert not out.exists()

@@ -19,6 +19,9 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from attnflow.io.out_folder import check_out_folder
+
+SEED_MAX = 2**63 - 1  # seeds are signed 64-bit integers
 EXIT_OK, EXIT_EXPECTATION_FAILED, EXIT_BAD_INPUT, EXIT_UNFINISHED = 0, 1, 2, 3
 EXIT_CODES = {
     EXIT_OK: "done as asked",
@@ -76,6 +79,12 @@ def _options(
     """Mean-field self-attention dynamics with frozen auxiliary variables."""
 
 
+def _positive(value: float) -> float:
+    if not value > 0:
+        raise typer.BadParameter(f"must be > 0; got {value!r}.")
+    return value
+
+
 def exit_unless_ok(status: str, folder: Path) -> None:
     """Exit with ``EXIT_UNFINISHED`` and one line when a run ended with a status other than "ok"."""
     if status != "ok":
@@ -123,7 +132,7 @@ def run(
     use_cpu_cores()  # large n: the tile lanes run on every core (results do not depend on it)
     with user_errors():
         cfg = load_config(config, set_)
-        out = out if out is not None else Path("runs") / config_hash(cfg)
+        out = check_out_folder(out if out is not None else Path("runs") / config_hash(cfg))
         with progress_bar("simulating") as progress:
             result = run_simulation(cfg, out, progress=progress)
     info = result.metrics["run"]
@@ -160,6 +169,7 @@ def reproduce(
 
     with user_errors():
         ids, token_counts = parse_only(only), parse_sizes(sizes)
+        check_out_folder(out)
         with progress_bar("reproducing") as progress:
             options = dict(quick=quick, only=ids, sizes=token_counts, n_seeds=seeds, workers=workers)
             outcome = run_reproduce(out, **options, progress=progress)
@@ -179,15 +189,15 @@ def realize(
     ],
     n: Annotated[int | None, typer.Option(help="Tokens (orbit: default the sample count).")] = None,
     out: Annotated[Path | None, typer.Option(help="Run folder (default runs/realize-<kind>-<name>).")] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the initial data.")] = 0,
-    t_end: Annotated[float, typer.Option(help="Final time τ.")] = 40.0,
+    seed: Annotated[int, typer.Option(min=0, max=SEED_MAX, help="Seed of the initial data.")] = 0,
+    t_end: Annotated[float, typer.Option(callback=_positive, help="Final time τ (> 0).")] = 40.0,
 ) -> None:
     """Realise a target law: build the gauge, run the dynamics, write the run folder."""
     from attnflow.workflows.realize import SUMMARY_KEYS as REALIZE_KEYS
     from attnflow.workflows.realize import run_realisation
 
     with user_errors():
-        out = out if out is not None else Path("runs") / f"realize-{kind}-{target.stem}"
+        out = check_out_folder(out if out is not None else Path("runs") / f"realize-{kind}-{target.stem}")
         with progress_bar("realising") as bar:
             result = run_realisation(target, kind=kind, n=n, out=out, seed=seed, t_end=t_end, progress=bar)
     rows = {k: result.get(k) for k in REALIZE_KEYS}
@@ -219,6 +229,7 @@ def sweep(
     from attnflow.workflows.sweep import parse_grid, plan_sweep, run_sweep
 
     with user_errors():
+        check_out_folder(out)
         plan = plan_sweep(load_config(config, set_), [parse_grid(spec) for spec in grid])
         with progress_bar("sweep") as progress:
             summary = run_sweep(plan, out, scheduler=scheduler, workers=workers, progress=progress)
