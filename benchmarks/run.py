@@ -285,9 +285,15 @@ def main() -> None:
 
     dtypes = ["float64"] if quick else ["float64", "float32"]
     begin("machine rates (XLA, as the engine is configured)")
-    rates_start = {dt: engine.engine_rates(dt, reps=3 if quick else 5) for dt in dtypes}
-    for dt, r in rates_start.items():
-        print(f"  {dt}: exp {r['exp'] / 1e9:.2f} G/s, matmul {r['matmul'] / 1e9:.1f} GFLOP/s", flush=True)
+    rate_runs = []  # measured three times (start, after the per-step rows, end): the machine is shared
+
+    def measure_rates(when: str) -> None:
+        measured = {dt: engine.engine_rates(dt, reps=3 if quick else 5) for dt in dtypes}
+        rate_runs.append({"when": when, **measured})
+        for dt, r in measured.items():
+            print(f"  {when}, {dt}: exp {r['exp'] / 1e9:.2f} G/s, matmul {r['matmul'] / 1e9:.1f} GFLOP/s")
+
+    measure_rates("start")
 
     begin("per step")
     step_rows = []
@@ -302,6 +308,8 @@ def main() -> None:
         print(
             f"  n={row['n']:6d} d={row['d']:2d} {row['dtype']} {row['work']['path']}: {summary}", flush=True
         )
+
+    measure_rates("after the per-step rows")
 
     begin("whole runs, n = 256, d = 3, RK4, dt = 0.01")
     t_end = 2.0 if quick else 20.0
@@ -352,11 +360,9 @@ def main() -> None:
     rb = engine.measure_random_batch(1024 if quick else 4096, [16, 64] if quick else [16, 64, 256], 1.0)
     rb["large"] = None if quick else run_child("random_batch_large", dict(n=100_000, p=64))
 
-    rates_end = {}
-    if not quick:
-        begin("machine rates again")
-        rates_end = {dt: engine.engine_rates(dt) for dt in dtypes}
-    rates = {dt: engine.best_rates(rates_start[dt], *([rates_end[dt]] if rates_end else [])) for dt in dtypes}
+    begin("machine rates again")
+    measure_rates("end")
+    rates = {dt: engine.best_rates(*(run[dt] for run in rate_runs)) for dt in dtypes}
     ends = [start for _, start in marks[1:]] + [time.perf_counter()]
     results = dict(
         command=command,
@@ -365,8 +371,7 @@ def main() -> None:
         loads=(load_start, os.getloadavg()),
         elapsed_s=time.perf_counter() - started,
         rates=rates,
-        rates_start=rates_start,
-        rates_end=rates_end,
+        rate_runs=rate_runs,
         steps=step_rows,
         single=single,
         batches=batches,
