@@ -1,7 +1,7 @@
 """Speed and memory of attnflow, as ratios against references and limits measured in the same run.
 
     python benchmarks/run.py            # full run (~10 min on 2 cores): writes RESULTS.md and RESULTS.json
-    python benchmarks/run.py --quick    # a smoke-test subset (~1 min): prints only (unless --out is given)
+    python benchmarks/run.py --quick    # a smoke-test subset (1–2 min): prints only (unless --out is given)
     python benchmarks/run.py --render benchmarks/RESULTS.json   # redraw the report from saved data
 
 What is measured (``benchmarks/README.md`` says more):
