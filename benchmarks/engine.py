@@ -143,7 +143,7 @@ def lane_device_count() -> int:
     return max(c for c in (1, 2, 4, 8) if c <= len(jax.devices()))
 
 
-def _best(fn, reps: int) -> float:
+def best_time(fn, reps: int) -> float:
     fn()  # warm-up (compilation)
     return min(timed(fn)[0] for _ in range(reps))
 
@@ -184,13 +184,13 @@ def engine_rates(dtype: str, *, reps: int = 5) -> dict:
     tile_loops = 2000
     tiles = jnp.asarray(rng.uniform(-1, 1, (count, RATE_TILE, RATE_TILE)), jdtype)
     lanes_exp = on_lanes(lambda s: exp_loop(s[0], tile_loops)[None])
-    t_lanes = _best(lambda: lanes_exp(tiles).block_until_ready(), reps)
+    t_lanes = best_time(lambda: lanes_exp(tiles).block_until_ready(), reps)
     stream = jax.jit(lambda s: exp_loop(s, tile_loops))
-    t_stream = _best(lambda: stream(tiles[0]).block_until_ready(), reps)
+    t_stream = best_time(lambda: stream(tiles[0]).block_until_ready(), reps)
     big = jnp.asarray(rng.uniform(-1, 1, (1024, 1024)), jdtype)
     big_loops = 30
     one_exp = jax.jit(lambda s: exp_loop(s, big_loops))
-    t_one = _best(lambda: one_exp(big).block_until_ready(), reps)
+    t_one = best_time(lambda: one_exp(big).block_until_ready(), reps)
     exp_lanes = count * tile_loops * RATE_TILE**2 / t_lanes
     exp_one = big_loops * big.size / t_one
     exp_stream = count * tile_loops * RATE_TILE**2 / t_stream  # one stream alone, times the lane devices
@@ -198,10 +198,10 @@ def engine_rates(dtype: str, *, reps: int = 5) -> dict:
     m = RATE_MATRIX
     mats = jnp.asarray(rng.standard_normal((count, m, m)), jdtype)
     lanes_mm = on_lanes(lambda a: a @ a)
-    t_mm_lanes = _best(lambda: lanes_mm(mats).block_until_ready(), reps)
+    t_mm_lanes = best_time(lambda: lanes_mm(mats).block_until_ready(), reps)
     one = jnp.asarray(rng.standard_normal((2 * m, 2 * m)), jdtype)
     one_mm = jax.jit(lambda a: a @ a)
-    t_mm_one = _best(lambda: one_mm(one).block_until_ready(), reps)
+    t_mm_one = best_time(lambda: one_mm(one).block_until_ready(), reps)
     mm_lanes = count * 2.0 * m**3 / t_mm_lanes
     mm_one = 2.0 * (2 * m) ** 3 / t_mm_one
     return {
@@ -224,7 +224,7 @@ def best_rates(*measured: dict) -> dict:
 # ----------------------------------------------------------------------------- per step
 
 
-def _compiled_steps(field, integrator, xj, steps: int):
+def compiled_steps(field, integrator, xj, steps: int):
     jax = setup_jax()
     from attnflow.numerics.solve import integrate
 
@@ -267,13 +267,13 @@ def measure_steps(
         return references.blocked_field(x, path=path["path"], block=path["tile"])
 
     for method in methods:
-        run, compile_s = _compiled_steps(field, table[method], xj, 1)
+        run, compile_s = compiled_steps(field, table[method], xj, 1)
         steps = 1
         if target_s > 0:
             one = min(timed(lambda run=run: run(xj).block_until_ready())[0] for _ in range(2))
             steps = max(1, int(target_s / max(one, 1e-6)))
             if steps > 1:
-                run, compile_s = _compiled_steps(field, table[method], xj, steps)
+                run, compile_s = compiled_steps(field, table[method], xj, steps)
                 run(xj).block_until_ready()
         refs = {
             name: fn
@@ -470,163 +470,7 @@ def measure_blocks(ns: list[int], blocks: list, reps: int, dtype: str = "float64
                 continue
             _, field, _ = usa_field(n, 3, dtype, block_size=block)
             f = jax.jit(field)
-            t = _best(lambda f=f, x=x: f(x).block_until_ready(), reps if n < 16384 else 2)
+            t = best_time(lambda f=f, x=x: f(x).block_until_ready(), reps if n < 16384 else 2)
             rows.append({"n": n, "dtype": dtype, "block": block, "eval_s": t})
             print(f"  {dtype} n={n:6d} block={block!s:>5}: {t * 1e3:9.2f} ms per evaluation", flush=True)
     return rows
-
-
-# ----------------------------------------------------------------------------- thread settings
-
-
-def child_thread(n: int, out: str) -> dict:
-    """The same RK4 run (RoPE, automatic block size), saved for a bitwise comparison across settings."""
-    jax = setup_jax()
-    import jax.numpy as jnp
-
-    from attnflow.core import factors, gauges
-    from attnflow.core.kernel import Kernel, make_profile
-    from attnflow.numerics import dynamics, integrators
-    from attnflow.numerics.solve import solve
-    from attnflow.workflows.build import auto_block_size
-
-    g = gauges.make_rope(np.arange(n), 3, gauges.rope_frequencies(3, kind="full_period", n=n))
-    kernel = Kernel(g, factors.NoFactor(n), make_profile("exp", beta=1.0))
-    field = dynamics.make_vector_field(kernel, block_size=auto_block_size(n))
-    x0 = jnp.asarray(references.initial(n, 3, "float64"))
-    traj = solve(field, x0, integrator=integrators.RK4(), dt=DT, t_end=0.5, save_every=0.1)
-    np.save(out, traj.xs)
-    return {"n": n, "devices_seen": jax.local_device_count()}
-
-
-# ----------------------------------------------------------------------------- float32 accuracy
-
-
-def measure_float32(ns: list[int], seeds: int) -> list[dict]:
-    """float32 against float64 trajectories on the E0/E1 settings (RK4, dt = 0.01, to t = 20)."""
-    setup_jax()
-    import jax.numpy as jnp
-
-    from attnflow.analysis import metrics
-    from attnflow.core import factors, gauges
-    from attnflow.core.kernel import Kernel, make_profile
-    from attnflow.numerics import dynamics, integrators, summation
-    from attnflow.numerics.solve import solve
-
-    def kernel(setting, n, dtype):
-        if setting == "E0":
-            g = gauges.IdentityGauge(n=n, d=3)
-        else:
-            freqs = (
-                gauges.rope_frequencies(3, kind="full_period", n=n) if setting == "E1a" else np.array([1.0])
-            )
-            g = gauges.make_rope(np.arange(n), 3, freqs, dtype=dtype)
-        return Kernel(g, factors.NoFactor(n), make_profile("exp", beta=1.0, dtype=dtype))
-
-    rows = []
-    for setting in ("E0", "E1a", "E1b"):
-        for n in ns:
-            x0 = np.stack([references.initial(n, 3, "float64", seed=s) for s in range(seeds)])
-            xs = {}
-            for dtype in (jnp.float64, jnp.float32):
-                field = dynamics.make_vector_field(kernel(setting, n, dtype))
-                traj = solve(
-                    field,
-                    jnp.asarray(x0, dtype),
-                    integrator=integrators.RK4(),
-                    dt=0.01,
-                    t_end=20.0,
-                    save_every=5.0,
-                )
-                xs[dtype] = np.asarray(traj.xs, np.float64)
-            x64, x32 = xs[jnp.float64], xs[jnp.float32]
-            k64 = kernel(setting, n, jnp.float64)
-            q = np.asarray(k64.gauge.matrices())
-
-            def gauged(x, q=q):
-                return np.einsum("nij,nj->ni", q, x)
-
-            def energy(x, k64=k64):
-                return float(summation.energy(k64, jnp.asarray(x)))
-
-            mc = [
-                abs(metrics.mean_cosine(x64[-1, s]) - metrics.mean_cosine(x32[-1, s])) for s in range(seeds)
-            ]
-            gmc = [
-                abs(metrics.mean_cosine(gauged(x64[-1, s])) - metrics.mean_cosine(gauged(x32[-1, s])))
-                for s in range(seeds)
-            ]
-            e = [abs(energy(x64[-1, s]) - energy(x32[-1, s])) / energy(x64[-1, s]) for s in range(seeds)]
-            row = {
-                "setting": setting,
-                "n": n,
-                "seeds": seeds,
-                "state_t5": float(np.abs(x64[1] - x32[1]).max()),
-                "state_t20": float(np.abs(x64[-1] - x32[-1]).max()),
-                "mean_cosine_t20": float(max(mc)),
-                "gauge_mean_cosine_t20": float(max(gmc)),
-                "energy_rel_t20": float(max(e)),
-            }
-            rows.append(row)
-            print(
-                f"  float32 {setting} n={n}: state t=5 {row['state_t5']:.1e}, t=20 {row['state_t20']:.1e}; "
-                f"mean cos {row['mean_cosine_t20']:.1e}; energy {row['energy_rel_t20']:.1e}",
-                flush=True,
-            )
-    return rows
-
-
-# ----------------------------------------------------------------------------- random batch
-
-
-def measure_random_batch(n: int, ps: list[int], t_end: float) -> dict:
-    """The random-batch approximation against the exact dynamics from the same initial data."""
-    jax = setup_jax()
-    import jax.numpy as jnp
-
-    from attnflow.numerics import integrators, random_batch
-    from attnflow.numerics.solve import solve
-
-    kernel, field, _ = usa_field(n, 3, "float64")
-    x0 = jnp.asarray(references.initial(n, 3, "float64"))
-    opts = dict(integrator=integrators.Euler(), dt=DT, t_end=t_end, save_every=t_end)
-    exact = solve(field, x0, **opts)
-    run, _ = _compiled_steps(field, integrators.Euler(), x0, 10)
-    exact_step = _best(lambda: run(x0).block_until_ready(), 2) / 10
-    rows = []
-    for p in ps:
-        results = []
-
-        def call(p=p, results=results):
-            results.append(random_batch.solve_random_batch(kernel, x0, p=p, key=jax.random.key(p), **opts))
-
-        walls = [timed(call)[0] for _ in range(2)]
-        err = np.asarray(results[0].xs[-1]) - np.asarray(exact.xs[-1])
-        rows.append(
-            {
-                "p": p,
-                "rms_error": float(np.sqrt(np.mean(np.sum(err**2, axis=1)))),
-                "max_error": float(np.abs(err).max()),
-                "run_s": min(walls),  # each call compiles again: the better of two whole calls
-            }
-        )
-        print(f"  random batch n={n} p={p}: RMS error {rows[-1]['rms_error']:.2e}", flush=True)
-    return {"n": n, "t_end": t_end, "exact_step_s": exact_step, "rows": rows}
-
-
-def child_random_batch_large(n: int, p: int) -> dict:
-    jax = setup_jax()
-    import jax.numpy as jnp
-
-    from attnflow.numerics import integrators, random_batch
-
-    kernel, _, _ = usa_field(n, 3, "float64")
-    x0 = jnp.asarray(references.initial(n, 3, "float64"))
-    opts = dict(integrator=integrators.Euler(), dt=DT, save_every=DT)
-    steps = 5
-    wall = timed(
-        lambda: random_batch.solve_random_batch(
-            kernel, x0, p=p, key=jax.random.key(1), t_end=steps * DT, **opts
-        )
-    )[0]
-    return {"n": n, "p": p, "run_s": wall, "steps": steps}

@@ -39,6 +39,7 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+import accuracy  # noqa: E402
 import engine  # noqa: E402
 import numpy as np  # noqa: E402
 import report  # noqa: E402
@@ -59,10 +60,10 @@ def child_main(kind: str, params: str) -> None:
     functions = {
         "steps": engine.measure_steps,
         "memory": engine.child_memory,
-        "thread": engine.child_thread,
+        "thread": accuracy.child_thread,
         "batch_attnflow": engine.child_batch_attnflow,
         "batch_numpy": engine.child_batch_numpy,
-        "random_batch_large": engine.child_random_batch_large,
+        "random_batch_large": accuracy.child_random_batch_large,
     }
     if kind not in functions:
         raise SystemExit(f"run.py: `--child` must be one of {sorted(functions)}; got {kind!r}.")
@@ -354,10 +355,10 @@ def main() -> None:
     thread_results = measure_threads([256] if quick else [256, 2048], quick)
 
     begin("float32 vs float64 (RK4 dt = 0.01, to t = 20)")
-    f32_rows = engine.measure_float32([64] if quick else [64, 128, 256], 3 if quick else 10)
+    f32_rows = accuracy.measure_float32([64] if quick else [64, 128, 256], 3 if quick else 10)
 
     begin("random-batch approximation (Euler, dt = 0.01) — an approximation, not the model")
-    rb = engine.measure_random_batch(1024 if quick else 4096, [16, 64] if quick else [16, 64, 256], 1.0)
+    rb = accuracy.measure_random_batch(1024 if quick else 4096, [16, 64] if quick else [16, 64, 256], 1.0)
     rb["large"] = None if quick else run_child("random_batch_large", dict(n=100_000, p=64))
 
     begin("machine rates again")
