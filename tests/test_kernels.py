@@ -22,7 +22,7 @@ def _numpy_attention(kernel, x, *, normalization, causal, beta, c, values="gradi
     x = np.asarray(x)
     n = x.shape[0]
     u = np.einsum("nij,nj->ni", q, x)
-    w = np.broadcast_to(np.asarray(kernel.factor.matrix()), (n, n))
+    w = np.broadcast_to(np.asarray(kernel.factor.dense()), (n, n))
     c_mat = w * c * np.exp(beta * (u @ u.T))
     if causal:
         c_mat = np.tril(c_mat)
@@ -39,7 +39,7 @@ def test_kernel_matrix_symmetric(gauge_name):
     x = uniform(N_SMALL, g.d, seed=1)
     for factor_name, kind in itertools.product(sorted(FACTORS), ("exp", "linear")):
         k = make_kernel(g, FACTORS[factor_name](N_SMALL), kind=kind, beta=1.5)
-        h = np.asarray(k.factor.matrix() * k.profile.phi(summation.logits(k, x)))
+        h = np.asarray(k.factor.dense() * k.profile.phi(summation.logits(k, x)))
         # h(z_i, z_j) = h(z_j, z_i): S = UUᵀ is symmetric up to summation order, O(1) entries
         np.testing.assert_allclose(
             h, h.T, rtol=0, atol=1e-14, err_msg=f"{gauge_name} × {factor_name} × {kind}"
@@ -102,7 +102,7 @@ def test_energy_matches_numpy_and_bound(gauge_name):
         k = make_kernel(g, FACTORS[factor_name](N_SMALL), kind=kind, beta=1.5, time_scale=time_scale)
         c = 1.0 if time_scale == "plain" else np.exp(-1.5)
         phi = c / 1.5 * np.exp(1.5 * (u @ u.T)) if kind == "exp" else c * (u @ u.T)
-        want = np.sum(np.asarray(k.factor.matrix()) * phi) / (2 * N_SMALL**2)
+        want = np.sum(np.asarray(k.factor.dense()) * phi) / (2 * N_SMALL**2)
         # a sum of 256 terms of size ≤ e^{1.5}/1.5: relative round-off well below 1e-13 (absolute
         # term for the linear profile, whose energy can be near 0 by cancellation)
         np.testing.assert_allclose(float(summation.energy(k, x)), want, rtol=1e-13, atol=1e-15)
@@ -181,14 +181,14 @@ def test_factor_rows_and_values():
     db = factors.DistanceBias(xi=jnp.asarray(xi), slope=jnp.asarray(5.0))
     tc = factors.ToeplitzCos(xi=jnp.asarray(xi), omega=jnp.asarray(2 * np.pi))
     # one exp / cos per entry, the same formula: a couple of ulps
-    np.testing.assert_allclose(db.matrix(), np.exp(-5.0 * np.abs(xi[:, None] - xi[None, :])), rtol=1e-15)
+    np.testing.assert_allclose(db.dense(), np.exp(-5.0 * np.abs(xi[:, None] - xi[None, :])), rtol=1e-15)
     np.testing.assert_allclose(
-        tc.matrix(), np.cos(2 * np.pi * (xi[:, None] - xi[None, :])), rtol=0, atol=1e-15
+        tc.dense(), np.cos(2 * np.pi * (xi[:, None] - xi[None, :])), rtol=0, atol=1e-15
     )
     idx = jnp.array([5, 1])
     for f in (db, tc, FACTORS["matrix_signed"](n)):
-        np.testing.assert_array_equal(f.rows(idx), np.asarray(f.matrix())[np.asarray(idx)])  # same arithmetic
-    np.testing.assert_array_equal(factors.NoFactor(n).matrix(), np.ones((n, n)))
+        np.testing.assert_array_equal(f.rows(idx), np.asarray(f.dense())[np.asarray(idx)])  # same arithmetic
+    np.testing.assert_array_equal(factors.NoFactor(n).dense(), np.ones((n, n)))
     assert db.nonnegative and factors.NoFactor(n).nonnegative and not tc.nonnegative
     assert FACTORS["matrix_nonneg"](n).nonnegative and not FACTORS["matrix_signed"](n).nonnegative
 

@@ -182,7 +182,7 @@ def test_factor_mean_closed_forms_match_the_dense_mean():
         factors.ToeplitzCos(xi=xi, omega=jnp.asarray(0.7)),
         factors.NoFactor(n=50),
     ):
-        assert theory.factor_mean(factor) == pytest.approx(float(jnp.mean(factor.matrix())), abs=1e-13)
+        assert factor.mean() == pytest.approx(float(jnp.mean(factor.dense())), abs=1e-13)
 
 
 # --------------------------------------------------------------------------- D1, D2, D3 (§2.2)
@@ -321,7 +321,7 @@ def test_spectral_criterion_predictions():
     np.testing.assert_allclose(cosine.eigenvalues[:2], n / 2, rtol=1e-12)
     # The same factor given as a dense matrix: the same answer.
     dense = theory.spectral_criterion(
-        np.asarray(factors.ToeplitzCos(xi=xi, omega=jnp.asarray(2 * np.pi)).matrix())
+        np.asarray(factors.ToeplitzCos(xi=xi, omega=jnp.asarray(2 * np.pi)).dense())
     )
     assert dense.prediction == "spread" and dense.multiplicity == 2
     alibi = theory.spectral_criterion(factors.DistanceBias(xi=xi, slope=jnp.asarray(1.0)))
