@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from attnflow.analysis import laws
 from attnflow.cli import app
 from attnflow.io.store import read_trajectory
-from attnflow.workflows import realize
 
 
 def invoke(*args: str):
@@ -20,11 +20,11 @@ def invoke(*args: str):
 @pytest.fixture
 def targets(tmp_path: Path) -> dict[str, Path]:
     files = {
-        "sphere": realize.spherical_mixture_samples(0, 32),
-        "orbit": realize.VonMisesMixture((0.6, 0.4), (4.0, 10.0), (1.0, 4.0)).sample(1, 40),
-        "not_unit": 1.01 * realize.spherical_mixture_samples(0, 8),
+        "sphere": laws.spherical_mixture_samples(0, 32),
+        "orbit": laws.VonMisesMixture((0.6, 0.4), (4.0, 10.0), (1.0, 4.0)).sample(1, 40),
+        "not_unit": 1.01 * laws.spherical_mixture_samples(0, 8),
         "nan_sphere": np.where(
-            np.arange(24).reshape(8, 3) == 5, np.nan, realize.spherical_mixture_samples(0, 8)
+            np.arange(24).reshape(8, 3) == 5, np.nan, laws.spherical_mixture_samples(0, 8)
         ),
         "nan_angles": np.array([0.1, np.inf, 2.0]),
         "matrix_3d": np.zeros((2, 3, 3)),

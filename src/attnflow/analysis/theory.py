@@ -98,7 +98,8 @@ def leading_eigenspace(w, *, rtol: float = EIG_RTOL) -> tuple[np.ndarray, np.nda
 
 
 def energy_max(kernel: Kernel) -> float | None:
-    """Maximal energy for the kernel's labels where the theory gives it in closed form (see the module doc), else ``None``."""
+    """Maximal energy for the kernel's labels where the theory gives it in closed form (see the
+    module doc), else ``None``."""
     factor = kernel.factor
     if factor.nonnegative:  # w = 1 included
         return dirac_energy(kernel)

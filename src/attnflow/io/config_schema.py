@@ -154,6 +154,4 @@ class Config(_Frozen):
         return self
 
 
-SECTIONS: dict[str, type[BaseModel]] = {
-    name: field.annotation for name, field in Config.model_fields.items()
-}
+SECTIONS: dict[str, type[BaseModel]] = {name: field.annotation for name, field in Config.model_fields.items()}

@@ -33,7 +33,7 @@ checks; nothing about an experiment lives in code branches. Layout of ``E1.toml`
 
     [[expect]]                             # checked by evaluate() below
     text = "orbit_residual <= 1e-4 at tau = 20"
-    metric = "orbit_residual"              # a measured value (attnflow.workflows.reproduce.METRICS)
+    metric = "orbit_residual"              # a measured value (attnflow.io.outcomes.METRICS)
     op = "<="                              # "<", "<=", ">", ">=", "==", "~=" (|a - b| <= tol), "in"
     bound = 1e-4                           # a number, a boolean, [lo, hi] for "in";
     # bound_metric = "circle_deficit"      # ... or another measured value of the same seed
@@ -64,6 +64,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from attnflow.io.config import Config, ConfigError, apply_overrides, config_from_dict
+from attnflow.io.outcomes import time_label
 
 __all__ = [
     "evaluate",
@@ -74,7 +75,6 @@ __all__ = [
     "experiment_ids",
     "load_experiment",
     "load_experiments",
-    "time_label",
 ]
 
 KINDS = ("simulate", "realize_orbit", "realize_sphere")
@@ -167,11 +167,6 @@ class Experiment(_Frozen):
     def realize_parameters(self, *, quick: bool = False) -> dict[str, Any]:
         """The realisation parameters (``kind`` = "realize_*"), with the quick ones under ``--quick``."""
         return {**self.realize, **(self.quick.realize if quick else {})}
-
-
-def time_label(t: float | None) -> str:
-    """Key of the values measured at time ``t`` (``"final"`` for the last snapshot)."""
-    return "final" if t is None else f"t={t:g}"
 
 
 def _experiments_folder() -> Path:
@@ -318,7 +313,7 @@ def evaluate(experiment: Experiment, jobs: Sequence[Any]) -> list[dict[str, Any]
     """Check every expectation of ``experiment`` against measured values; one row per
     (expectation, variant, size), or per (expectation, variant) with ``across = "some size"``.
 
-    ``jobs`` are the results of the experiment's runs (:class:`attnflow.workflows.reproduce.JobResult`): each
+    ``jobs`` are the results of the experiment's runs (:class:`attnflow.io.outcomes.JobResult`): each
     has ``variant``, ``n``, ``status`` ("ok", "skipped", "error", or a solver status), ``reason``,
     and ``values``, one dict per seed: ``{"seed": s, "final": {metric: value}, "t=20": {...}}``.
     A value that is missing or None never satisfies a comparison. Rows hold the measured value
