@@ -16,21 +16,15 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from attnflow.analysis.shapes import classify_shape, shape_features
 from attnflow.cli import app
 from attnflow.io.config import ConfigError, config_hash, load_config, resolved_dict
-from attnflow.viz.phase import classify_shape, parse_metric, phase_figure, phase_table, shape_features
+from attnflow.io.results import read_results, write_results
+from attnflow.viz.phase import parse_metric, phase_figure, phase_table
 from attnflow.workflows.run import run
-from attnflow.workflows.sweep import (
-    collect_results,
-    is_finished,
-    parse_grid,
-    plan_sweep,
-    read_results,
-    run_point,
-    run_sweep,
-    split_values,
-    write_results,
-)
+from attnflow.workflows.sweep import run_sweep
+from attnflow.workflows.sweep_plan import parse_grid, plan_sweep, split_values
+from attnflow.workflows.sweep_points import collect_results, is_finished, run_point
 
 TINY = """
 [model]
