@@ -71,7 +71,7 @@ def _imports(path: Path, module: str, known: dict[str, Path]) -> list[tuple[int,
                 while name not in known and "." in name:  # "import a.b.c" of a name inside a module
                     name = name.rsplit(".", 1)[0]
                 found.append((node.lineno, name))
-    return found
+    return list(dict.fromkeys(found))  # "from a import b, c" of one module: once
 
 
 def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
