@@ -58,7 +58,7 @@ def test_orbit_run_folder(targets, tmp_path):
     m = json.loads((out / "metrics.json").read_text())
     assert m["realisation_kind"] == "orbit"
     assert m["realisation_bound"] == pytest.approx(1 / 96)
-    # KS bound of SPEC §3.1 for the empirical (interpolated) law of the 40 samples, 48 tokens.
+    # KS bound 1/(2n) of the orbit construction, empirical (interpolated) law of 40 samples, 48 tokens.
     assert m["realisation_distance"] <= m["realisation_bound"] + 1e-6
     assert m["orbit_residual"] <= 1e-6 and m["run"]["status"] == "ok"
     assert abs(m["energy_gap"]) < 1e-9
@@ -77,7 +77,7 @@ def test_sphere_run_folder(targets, tmp_path):
     assert result.exit_code == 0, result.output
     m = json.loads((out / "metrics.json").read_text())
     assert m["realisation_kind"] == "sphere"
-    assert m["realisation_distance"] <= m["realisation_bound"]  # SPEC E8's bound 2|u* − v0|
+    assert m["realisation_distance"] <= m["realisation_bound"]  # E8's bound 2|u* − v0|
     assert m["realisation_wasserstein"] is not None and len(m["u_star"]) == 3
     assert (out / "figures" / "target.png").exists()
     # The folder's final state is the realisation: x_N matches the targets to the bound.

@@ -1,6 +1,6 @@
 """The kernel family (numerics.summation, core.factors): profiles, kernel symmetry, the attention sum
 and energy against an independent NumPy evaluation, blocked = dense, the rescaled time scale, the
-energy bound of SPEC §1.3 and the validation errors."""
+energy bound of the w = 1 kernel and the validation errors."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from helpers_core import FACTORS, GAUGES, N_SMALL, NONNEGATIVE_FACTORS, make_ker
 
 
 def _numpy_attention(kernel, x, *, normalization, causal, beta, c, values="gradient"):
-    """SPEC §1.2 written out with NumPy: u = Qx, C = w ⊙ φ'(UUᵀ), g = C U / n (or row-normalised)."""
+    """The attention sum written out with NumPy: u = Qx, C = w ⊙ φ'(UUᵀ), g = C U / n (or row-normalised)."""
     q = np.asarray(kernel.gauge.matrices())
     x = np.asarray(x)
     n = x.shape[0]
@@ -106,7 +106,7 @@ def test_energy_matches_numpy_and_bound(gauge_name):
         # a sum of 256 terms of size ≤ e^{1.5}/1.5: relative round-off well below 1e-13 (absolute
         # term for the linear profile, whose energy can be near 0 by cancellation)
         np.testing.assert_allclose(float(summation.energy(k, x)), want, rtol=1e-13, atol=1e-15)
-    # SPEC §1.3 / §2.1: with w = 1 the energy is at most c e^β/(2β), attained on x_i = Q(ξ_i)ᵀ v
+    # The energy bound: with w = 1 the energy is at most c e^β/(2β), attained on x_i = Q(ξ_i)ᵀ v
     k = make_kernel(g, factors.NoFactor(N_SMALL), beta=1.5)
     bound = np.exp(1.5) / 3.0
     assert float(summation.energy(k, x)) < bound

@@ -1,4 +1,4 @@
-"""The paper's experiments (SPEC §6) as data: one TOML file per experiment, validated here.
+"""The paper's experiments (E0–E9) as data: one TOML file per experiment, validated here.
 
 A file holds metadata, the run configuration and the expectations that ``attnflow reproduce``
 checks; nothing about an experiment lives in code branches. Layout of ``E1.toml``::
@@ -7,7 +7,7 @@ checks; nothing about an experiment lives in code branches. Layout of ``E1.toml`
     title = "RoPE: latitude circle"
     setting = "RoPE, xi_i = i, ..."        # one line for the report
     shape = "latitude circle"              # what the final state looks like (figure titles)
-    kind = "simulate"                      # or "realize_orbit" / "realize_sphere" (SPEC §3)
+    kind = "simulate"                      # or "realize_orbit" / "realize_sphere" (realisations)
     sizes = [64, 128, 256]
     seeds = [0, 1, ..., 9]
     report_times = [0.0, 20.0]             # snapshots measured (and drawn) besides the final one
@@ -20,7 +20,7 @@ checks; nothing about an experiment lives in code branches. Layout of ``E1.toml`
     overrides = []                         # config overrides ("section.key=value") under --quick
     realize = {}                           # realisation parameters replaced under --quick
 
-    [config.gauge]                         # SPEC §7.2 sections (kind = "simulate"); model.n and
+    [config.gauge]                         # run config sections (kind = "simulate"); model.n and
     kind = "rope"                          # init.seed are set per size and seed
 
     [realize]                              # parameters of the realisation (kind = "realize_*")
@@ -138,7 +138,7 @@ class QuickSettings(_Frozen):
 
 
 class Experiment(_Frozen):
-    """An experiment of SPEC §6: metadata, configuration (or realisation parameters), expectations."""
+    """An experiment of the paper: metadata, configuration (or realisation parameters), expectations."""
 
     id: str
     title: str
