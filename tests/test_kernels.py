@@ -228,3 +228,25 @@ def test_float32_run_dtype_is_preserved(factor_name):
     k64 = make_kernel(gauges.make_rope(np.arange(n), 3, np.array([0.3])), FACTORS[factor_name](n), beta=1.0)
     # float32 round-off (1.2e-7) on sums of 16 terms of size ≤ e: 1e-5 absolute is ample
     np.testing.assert_allclose(v, dynamics.make_vector_field(k64)(x32.astype(jnp.float64)), rtol=0, atol=1e-5)
+
+
+def test_each_factor_carries_its_tile_dense_mean_and_spectrum():
+    """The operations a factor carries agree with its dense matrix: tile = W[I][:, J] (bitwise for a
+    table, the same formula otherwise), mean = mean(W), eigenpairs = eigh(W), tabulated = W."""
+    n = 12
+    idx_i, idx_j = jnp.array([3, 0, 7]), jnp.array([11, 3, 5, 2])
+    for name in ("none", "distance_bias", "toeplitz_cos", "matrix_signed", "matrix_nonneg"):
+        f = FACTORS[name](n)
+        w = np.asarray(f.dense())
+        tile = np.broadcast_to(np.asarray(f.tile(idx_i, idx_j, jnp.float64)), (3, 4))
+        # An analytic tile evaluates the same formula on the same labels: equal to an ulp.
+        np.testing.assert_allclose(tile, w[np.asarray(idx_i)][:, np.asarray(idx_j)], rtol=0, atol=4e-16)
+        assert f.tile(idx_i, idx_j, jnp.float32).dtype == jnp.float32
+        assert f.mean() == pytest.approx(float(w.mean()), abs=1e-14)  # closed forms vs the sum
+        values, vectors = f.eigenpairs()
+        np.testing.assert_allclose(values, np.linalg.eigvalsh(w)[::-1], atol=1e-12)  # eigh round-off
+        k = vectors.shape[1]
+        np.testing.assert_allclose(w @ vectors, vectors * values[:k], atol=1e-12)
+        np.testing.assert_array_equal(np.asarray(f.tabulated().dense()), w)
+        assert f.tabulated().nonnegative == f.nonnegative
+    assert isinstance(FACTORS["none"](n).tabulated(), factors.NoFactor)  # ones: no table
