@@ -165,8 +165,7 @@ def sweep(
 ) -> None:
     """Run a resumable Cartesian sweep on Dask distributed (finished points are skipped)."""
     from attnflow.io.config import load_config
-    from attnflow.workflows.sweep import run_sweep
-    from attnflow.workflows.sweep_plan import parse_grid, plan_sweep
+    from attnflow.workflows.sweep import parse_grid, plan_sweep, run_sweep
 
     with user_errors():
         plan = plan_sweep(load_config(config, set_), [parse_grid(spec) for spec in grid])

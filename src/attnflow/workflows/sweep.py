@@ -62,7 +62,7 @@ from attnflow.io.config import resolved_dict
 from attnflow.io.results import RESULTS_PARQUET, write_results
 from attnflow.io.version import __version__
 from attnflow.numerics.workers import SINGLE_THREAD_ENVIRON, single_thread_environ
-from attnflow.workflows.sweep_plan import SweepPlan
+from attnflow.workflows.sweep_plan import GridAxis, SweepPlan, SweepPoint, parse_grid, plan_sweep
 from attnflow.workflows.sweep_points import (
     clear_unfinished,
     collect_results,
@@ -72,11 +72,16 @@ from attnflow.workflows.sweep_points import (
     run_point,
 )
 
-__all__ = [
+__all__ = [  # the planning names are re-exported: a sweep script needs this module only
+    "GridAxis",
+    "SweepPlan",
+    "SweepPoint",
     "SweepSummary",
     "WORKER_ENVIRON",
     "compilation_cache_environ",
     "connect",
+    "parse_grid",
+    "plan_sweep",
     "run_sweep",
 ]
 
