@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from attnflow.analysis import laws
 from attnflow.cli import app
 from attnflow.io.store import read_trajectory
-from attnflow.workflows import realize
 
 
 def invoke(*args: str):
@@ -20,11 +20,11 @@ def invoke(*args: str):
 @pytest.fixture
 def targets(tmp_path: Path) -> dict[str, Path]:
     files = {
-        "sphere": realize.spherical_mixture_samples(0, 32),
-        "orbit": realize.VonMisesMixture((0.6, 0.4), (4.0, 10.0), (1.0, 4.0)).sample(1, 40),
-        "not_unit": 1.01 * realize.spherical_mixture_samples(0, 8),
+        "sphere": laws.spherical_mixture_samples(0, 32),
+        "orbit": laws.VonMisesMixture((0.6, 0.4), (4.0, 10.0), (1.0, 4.0)).sample(1, 40),
+        "not_unit": 1.01 * laws.spherical_mixture_samples(0, 8),
         "nan_sphere": np.where(
-            np.arange(24).reshape(8, 3) == 5, np.nan, realize.spherical_mixture_samples(0, 8)
+            np.arange(24).reshape(8, 3) == 5, np.nan, laws.spherical_mixture_samples(0, 8)
         ),
         "nan_angles": np.array([0.1, np.inf, 2.0]),
         "matrix_3d": np.zeros((2, 3, 3)),
@@ -58,7 +58,7 @@ def test_orbit_run_folder(targets, tmp_path):
     m = json.loads((out / "metrics.json").read_text())
     assert m["realisation_kind"] == "orbit"
     assert m["realisation_bound"] == pytest.approx(1 / 96)
-    # KS bound of SPEC §3.1 for the empirical (interpolated) law of the 40 samples, 48 tokens.
+    # KS bound 1/(2n) of the orbit construction, empirical (interpolated) law of 40 samples, 48 tokens.
     assert m["realisation_distance"] <= m["realisation_bound"] + 1e-6
     assert m["orbit_residual"] <= 1e-6 and m["run"]["status"] == "ok"
     assert abs(m["energy_gap"]) < 1e-9
@@ -77,7 +77,7 @@ def test_sphere_run_folder(targets, tmp_path):
     assert result.exit_code == 0, result.output
     m = json.loads((out / "metrics.json").read_text())
     assert m["realisation_kind"] == "sphere"
-    assert m["realisation_distance"] <= m["realisation_bound"]  # SPEC E8's bound 2|u* − v0|
+    assert m["realisation_distance"] <= m["realisation_bound"]  # E8's bound 2|u* − v0|
     assert m["realisation_wasserstein"] is not None and len(m["u_star"]) == 3
     assert (out / "figures" / "target.png").exists()
     # The folder's final state is the realisation: x_N matches the targets to the bound.

@@ -1,4 +1,4 @@
-"""Configuration contract (SPEC §7.2): defaults, TOML loading, overrides, errors, hash."""
+"""Configuration contract: defaults, TOML loading, overrides, errors, hash."""
 
 import json
 import math

@@ -1,6 +1,6 @@
 """The kernel family (numerics.summation, core.factors): profiles, kernel symmetry, the attention sum
 and energy against an independent NumPy evaluation, blocked = dense, the rescaled time scale, the
-energy bound of SPEC §1.3 and the validation errors."""
+energy bound of the w = 1 kernel and the validation errors."""
 
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ from helpers_core import FACTORS, GAUGES, N_SMALL, NONNEGATIVE_FACTORS, make_ker
 
 
 def _numpy_attention(kernel, x, *, normalization, causal, beta, c, values="gradient"):
-    """SPEC §1.2 written out with NumPy: u = Qx, C = w ⊙ φ'(UUᵀ), g = C U / n (or row-normalised)."""
+    """The attention sum written out with NumPy: u = Qx, C = w ⊙ φ'(UUᵀ), g = C U / n (or row-normalised)."""
     q = np.asarray(kernel.gauge.matrices())
     x = np.asarray(x)
     n = x.shape[0]
     u = np.einsum("nij,nj->ni", q, x)
-    w = np.broadcast_to(np.asarray(kernel.factor.matrix()), (n, n))
+    w = np.broadcast_to(np.asarray(kernel.factor.dense()), (n, n))
     c_mat = w * c * np.exp(beta * (u @ u.T))
     if causal:
         c_mat = np.tril(c_mat)
@@ -39,7 +39,7 @@ def test_kernel_matrix_symmetric(gauge_name):
     x = uniform(N_SMALL, g.d, seed=1)
     for factor_name, kind in itertools.product(sorted(FACTORS), ("exp", "linear")):
         k = make_kernel(g, FACTORS[factor_name](N_SMALL), kind=kind, beta=1.5)
-        h = np.asarray(k.factor.matrix() * k.profile.phi(summation.logits(k, x)))
+        h = np.asarray(k.factor.dense() * k.profile.phi(summation.logits(k, x)))
         # h(z_i, z_j) = h(z_j, z_i): S = UUᵀ is symmetric up to summation order, O(1) entries
         np.testing.assert_allclose(
             h, h.T, rtol=0, atol=1e-14, err_msg=f"{gauge_name} × {factor_name} × {kind}"
@@ -102,11 +102,11 @@ def test_energy_matches_numpy_and_bound(gauge_name):
         k = make_kernel(g, FACTORS[factor_name](N_SMALL), kind=kind, beta=1.5, time_scale=time_scale)
         c = 1.0 if time_scale == "plain" else np.exp(-1.5)
         phi = c / 1.5 * np.exp(1.5 * (u @ u.T)) if kind == "exp" else c * (u @ u.T)
-        want = np.sum(np.asarray(k.factor.matrix()) * phi) / (2 * N_SMALL**2)
+        want = np.sum(np.asarray(k.factor.dense()) * phi) / (2 * N_SMALL**2)
         # a sum of 256 terms of size ≤ e^{1.5}/1.5: relative round-off well below 1e-13 (absolute
         # term for the linear profile, whose energy can be near 0 by cancellation)
         np.testing.assert_allclose(float(summation.energy(k, x)), want, rtol=1e-13, atol=1e-15)
-    # SPEC §1.3 / §2.1: with w = 1 the energy is at most c e^β/(2β), attained on x_i = Q(ξ_i)ᵀ v
+    # The energy bound: with w = 1 the energy is at most c e^β/(2β), attained on x_i = Q(ξ_i)ᵀ v
     k = make_kernel(g, factors.NoFactor(N_SMALL), beta=1.5)
     bound = np.exp(1.5) / 3.0
     assert float(summation.energy(k, x)) < bound
@@ -181,14 +181,14 @@ def test_factor_rows_and_values():
     db = factors.DistanceBias(xi=jnp.asarray(xi), slope=jnp.asarray(5.0))
     tc = factors.ToeplitzCos(xi=jnp.asarray(xi), omega=jnp.asarray(2 * np.pi))
     # one exp / cos per entry, the same formula: a couple of ulps
-    np.testing.assert_allclose(db.matrix(), np.exp(-5.0 * np.abs(xi[:, None] - xi[None, :])), rtol=1e-15)
+    np.testing.assert_allclose(db.dense(), np.exp(-5.0 * np.abs(xi[:, None] - xi[None, :])), rtol=1e-15)
     np.testing.assert_allclose(
-        tc.matrix(), np.cos(2 * np.pi * (xi[:, None] - xi[None, :])), rtol=0, atol=1e-15
+        tc.dense(), np.cos(2 * np.pi * (xi[:, None] - xi[None, :])), rtol=0, atol=1e-15
     )
     idx = jnp.array([5, 1])
     for f in (db, tc, FACTORS["matrix_signed"](n)):
-        np.testing.assert_array_equal(f.rows(idx), np.asarray(f.matrix())[np.asarray(idx)])  # same arithmetic
-    np.testing.assert_array_equal(factors.NoFactor(n).matrix(), np.ones((n, n)))
+        np.testing.assert_array_equal(f.rows(idx), np.asarray(f.dense())[np.asarray(idx)])  # same arithmetic
+    np.testing.assert_array_equal(factors.NoFactor(n).dense(), np.ones((n, n)))
     assert db.nonnegative and factors.NoFactor(n).nonnegative and not tc.nonnegative
     assert FACTORS["matrix_nonneg"](n).nonnegative and not FACTORS["matrix_signed"](n).nonnegative
 
@@ -228,3 +228,25 @@ def test_float32_run_dtype_is_preserved(factor_name):
     k64 = make_kernel(gauges.make_rope(np.arange(n), 3, np.array([0.3])), FACTORS[factor_name](n), beta=1.0)
     # float32 round-off (1.2e-7) on sums of 16 terms of size ≤ e: 1e-5 absolute is ample
     np.testing.assert_allclose(v, dynamics.make_vector_field(k64)(x32.astype(jnp.float64)), rtol=0, atol=1e-5)
+
+
+def test_each_factor_carries_its_tile_dense_mean_and_spectrum():
+    """The operations a factor carries agree with its dense matrix: tile = W[I][:, J] (bitwise for a
+    table, the same formula otherwise), mean = mean(W), eigenpairs = eigh(W), tabulated = W."""
+    n = 12
+    idx_i, idx_j = jnp.array([3, 0, 7]), jnp.array([11, 3, 5, 2])
+    for name in ("none", "distance_bias", "toeplitz_cos", "matrix_signed", "matrix_nonneg"):
+        f = FACTORS[name](n)
+        w = np.asarray(f.dense())
+        tile = np.broadcast_to(np.asarray(f.tile(idx_i, idx_j, jnp.float64)), (3, 4))
+        # An analytic tile evaluates the same formula on the same labels: equal to an ulp.
+        np.testing.assert_allclose(tile, w[np.asarray(idx_i)][:, np.asarray(idx_j)], rtol=0, atol=4e-16)
+        assert f.tile(idx_i, idx_j, jnp.float32).dtype == jnp.float32
+        assert f.mean() == pytest.approx(float(w.mean()), abs=1e-14)  # closed forms vs the sum
+        values, vectors = f.eigenpairs()
+        np.testing.assert_allclose(values, np.linalg.eigvalsh(w)[::-1], atol=1e-12)  # eigh round-off
+        k = vectors.shape[1]
+        np.testing.assert_allclose(w @ vectors, vectors * values[:k], atol=1e-12)
+        np.testing.assert_array_equal(np.asarray(f.tabulated().dense()), w)
+        assert f.tabulated().nonnegative == f.nonnegative
+    assert isinstance(FACTORS["none"](n).tabulated(), factors.NoFactor)  # ones: no table

@@ -9,7 +9,8 @@ from typer.testing import CliRunner
 
 from attnflow.cli import app
 from attnflow.io.config import ConfigError
-from attnflow.workflows import experiments, reproduce
+from attnflow.io.outcomes import JobResult
+from attnflow.workflows import experiments, reproduce, reproduce_plan
 from attnflow.workflows.experiments import (
     Experiment,
     evaluate,
@@ -17,7 +18,6 @@ from attnflow.workflows.experiments import (
     load_experiment,
     load_experiments,
 )
-from attnflow.workflows.reproduce import JobResult
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 FIGURES = ("comparison", "final_states", "mean_cosine", "energy", "metastability",
@@ -71,11 +71,11 @@ def _job(
 
 def test_every_packaged_experiment_loads_and_names_known_metrics():
     ids = experiment_ids()
-    assert ids == [f"E{k}" for k in range(10)]  # SPEC §6 E0-E9, in order
+    assert ids == [f"E{k}" for k in range(10)]  # the paper's experiments E0-E9, in order
     loaded = load_experiments()
     assert [e.id for e in loaded] == ids
-    reproduce.plan(loaded)  # raises on an unknown metric name
-    reproduce.plan(loaded, quick=True)
+    reproduce_plan.plan(loaded)  # raises on an unknown metric name
+    reproduce_plan.plan(loaded, quick=True)
 
 
 def test_a_broken_experiment_file_names_the_file_and_the_key(tmp_path):
@@ -129,7 +129,7 @@ def test_bound_metric_tolerance_none_and_skipped_jobs():
 def test_realisation_experiments_skip_without_the_realize_module(monkeypatch):
     monkeypatch.setattr(reproduce.importlib.util, "find_spec", lambda name: None)
     (e7,) = load_experiments(["E7"])
-    job = reproduce.plan([e7], quick=True)[0]
+    job = reproduce_plan.plan([e7], quick=True)[0]
     result = reproduce.run_job(job, lambda units: None)
     assert result.status == "skipped" and "needs attnflow.workflows.realize" in result.reason
 

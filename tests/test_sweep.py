@@ -16,21 +16,15 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from attnflow.analysis.shapes import classify_shape, shape_features
 from attnflow.cli import app
 from attnflow.io.config import ConfigError, config_hash, load_config, resolved_dict
-from attnflow.viz.phase import classify_shape, parse_metric, phase_figure, phase_table, shape_features
+from attnflow.io.results import read_results, write_results
+from attnflow.viz.phase import parse_metric, phase_figure, phase_table
 from attnflow.workflows.run import run
-from attnflow.workflows.sweep import (
-    collect_results,
-    is_finished,
-    parse_grid,
-    plan_sweep,
-    read_results,
-    run_point,
-    run_sweep,
-    split_values,
-    write_results,
-)
+from attnflow.workflows.sweep import run_sweep
+from attnflow.workflows.sweep_plan import parse_grid, plan_sweep, split_values
+from attnflow.workflows.sweep_points import collect_results, is_finished, run_point
 
 TINY = """
 [model]
@@ -441,3 +435,20 @@ def test_results_columns_have_one_type_each(tmp_path):
     assert back[0]["gauge.omega"] == "full_period" and back[1]["gauge.omega"] == "0.5"
     assert back[1]["x"] == 2.5 and back[0]["y"] is None and back[0]["z"] is True
     assert not math.isnan(back[0]["x"])
+
+
+def test_the_json_writer_is_atomic_and_writes_non_finite_floats_as_null(tmp_path):
+    from attnflow.io.atomic import replacing, write_json
+
+    path = tmp_path / "metrics.json"
+    data = {"a": float("nan"), "b": [np.float64(np.inf), np.int64(3), (1.5, None)], "c": np.bool_(True)}
+    write_json(path, data)
+    assert json.loads(path.read_text()) == {"a": None, "b": [None, 3, [1.5, None]], "c": True}
+    with pytest.raises(TypeError, match="`data` must hold JSON values only; got object"):
+        write_json(path, {"a": object()})
+    # A writer that fails half way leaves the previous file whole and no temporary file behind.
+    with pytest.raises(RuntimeError), replacing(path) as tmp:
+        tmp.write_text('{"half": ')
+        raise RuntimeError("killed")
+    assert json.loads(path.read_text())["b"][1] == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]

@@ -1,6 +1,6 @@
 """Tests of analysis.theory: maximiser sets, energy bounds (D1, D2, D3), spectral criterion, certificates.
 
-Reference values are closed forms written here from SPEC §2 (not taken from the module under test):
+Reference values are closed forms of the theory written here (not taken from the module under test):
 ``c e^β/(2β)`` for gauge kernels, ``c λ_max(W)/(2n)`` for the linear cosine factor, the Hessian
 spectrum ``{−c e^β/n, 0}`` at an orbit maximiser, ``β* ≈ 2.7455``.
 """
@@ -70,7 +70,7 @@ def test_latitude_circle_prediction_matches_the_orbit(n):
     # Every point at height v_3 and radius sqrt(1 − v_3²): exact rotations about e_3.
     np.testing.assert_allclose(x[:, 2], h, atol=1e-14)
     np.testing.assert_allclose(np.hypot(x[:, 0], x[:, 1]), pred.radius, atol=1e-14)
-    # SPEC §2.1 closed forms, to 1e-10 (round-off of sums over n points).
+    # The maximiser's closed forms, to 1e-10 (round-off of sums over n points).
     assert float(metrics.mean_cosine(x)) == pytest.approx((n * h * h - 1) / (n - 1), abs=1e-10)
     assert float(metrics.mean_cosine(x)) == pytest.approx(pred.mean_cosine, abs=1e-10)
     assert float(metrics.resultant_deficit(x)) == pytest.approx(pred.resultant_deficit, abs=1e-10)
@@ -94,7 +94,7 @@ def test_prompt_clusters_prediction():
     x = np.asarray(theory.orbit_configuration(gauge, v))
     masses = np.bincount(np.arange(n) % k) / n
     pred = theory.prompt_clusters(q_prompts, v, masses)
-    # K exact clusters: n_eff = 1/Σ p_k² (the arithmetic of SPEC §4), conditional spread 0.
+    # K exact clusters: n_eff = 1/Σ p_k² (the definition of n_eff), conditional spread 0.
     assert metrics.n_clusters(x) == k
     assert metrics.n_eff(x) == pytest.approx(1.0 / np.sum(masses**2), abs=1e-10)
     assert pred.n_eff == pytest.approx(1.0 / np.sum(masses**2), abs=1e-12)
@@ -182,7 +182,7 @@ def test_factor_mean_closed_forms_match_the_dense_mean():
         factors.ToeplitzCos(xi=xi, omega=jnp.asarray(0.7)),
         factors.NoFactor(n=50),
     ):
-        assert theory.factor_mean(factor) == pytest.approx(float(jnp.mean(factor.matrix())), abs=1e-13)
+        assert factor.mean() == pytest.approx(float(jnp.mean(factor.dense())), abs=1e-13)
 
 
 # --------------------------------------------------------------------------- D1, D2, D3 (§2.2)
@@ -260,7 +260,7 @@ def test_d1_gradient_ascent_never_beats_the_dirac(factor):
     # The gradient flow (E non-decreasing) from 4 random starts stays below E(Dirac), up to round-off.
     assert np.all(energies <= e_dirac * (1 + 1e-12))
     assert np.min(np.diff(energies, axis=0)) >= -1e-12
-    # It climbs towards it (slowly for m = 5, SPEC E4: 2.4% below at τ = 20 on these seeds).
+    # It climbs towards it (slowly for m = 5, the paper's E4: 2.4% below at τ = 20 on these seeds).
     assert np.all(energies[-1] > energies[0]) and np.all(energies[-1] >= 0.95 * e_dirac)
 
 
@@ -304,7 +304,7 @@ def test_great_circle_is_a_local_max_for_small_beta_only():
     factor = factors.ToeplitzCos(xi=jnp.asarray(xi), omega=jnp.asarray(2 * np.pi))
     low = theory.certify(exp_kernel(gauges.IdentityGauge(n=n, d=3), factor, beta=1.0), circle)
     high = theory.certify(exp_kernel(gauges.IdentityGauge(n=n, d=3), factor, beta=2.0), circle)
-    # A critical point by symmetry for every β; SPEC §2.2 D3: optimal only for β ≲ 1.5.
+    # A critical point by symmetry for every β; regime D3 (exp profile, w ≷ 0): optimal only for β ≲ 1.5.
     assert low.gradient_norm < 1e-12 and high.gradient_norm < 1e-12
     assert low.hessian_top <= 1e-8
     assert high.hessian_top > 1e-3
@@ -321,7 +321,7 @@ def test_spectral_criterion_predictions():
     np.testing.assert_allclose(cosine.eigenvalues[:2], n / 2, rtol=1e-12)
     # The same factor given as a dense matrix: the same answer.
     dense = theory.spectral_criterion(
-        np.asarray(factors.ToeplitzCos(xi=xi, omega=jnp.asarray(2 * np.pi)).matrix())
+        np.asarray(factors.ToeplitzCos(xi=xi, omega=jnp.asarray(2 * np.pi)).dense())
     )
     assert dense.prediction == "spread" and dense.multiplicity == 2
     alibi = theory.spectral_criterion(factors.DistanceBias(xi=xi, slope=jnp.asarray(1.0)))

@@ -13,10 +13,9 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-__version__ = "0.1.0"
-
 from attnflow.core.kernel import Kernel, Profile, make_profile  # noqa: E402
 from attnflow.io.config import Config, ConfigError, config_from_dict, load_config  # noqa: E402
+from attnflow.io.version import __version__  # noqa: E402
 from attnflow.numerics.dynamics import make_vector_field  # noqa: E402
 from attnflow.numerics.integrators import RK4, Adaptive, Euler, GeodesicRK4, make_integrator  # noqa: E402
 from attnflow.numerics.lanes import use_cpu_cores  # noqa: E402

@@ -164,8 +164,8 @@ def reproduce(
 ) -> None:
     """Run the paper's experiments E0-E9, check every expectation, write the report."""
     from attnflow.viz.report import failure_lines, summary_table
-    from attnflow.workflows.reproduce import parse_only, parse_sizes
     from attnflow.workflows.reproduce import reproduce as run_reproduce
+    from attnflow.workflows.reproduce_plan import parse_only, parse_sizes
 
     with user_errors():
         ids, token_counts = parse_only(only), parse_sizes(sizes)

@@ -1,4 +1,4 @@
-"""Linear stability of the uniform state on the circle ``S^1`` (SPEC §5), closed form and measured.
+"""Linear stability of the uniform state on the circle ``S^1``: closed form, and fits of snapshots.
 
 On ``S^1 ⊂ R^2`` with ``Q = I``, ``w = 1`` and the exp profile, write ``x_i = (cos θ_i, sin θ_i)``.
 The USA field of ``dynamics.py`` (``dx_i/dt = P_{x_i}((c/n) Σ_j e^{β⟨x_i,x_j⟩} x_j)``) reads
@@ -11,27 +11,19 @@ Around the uniform state ``θ_i = φ_i = 2πi/n`` (an equilibrium) a displacemen
 ``ε_i = sin(kφ_i)`` (or ``cos``) grows at
 
     λ_k(n) = (c/β) [ Σ_{l∈Z} (k + ln)² I_{k+ln}(β) − Σ_{l∈Z} (ln)² I_{ln}(β) ]     (n particles)
-    λ_k    = c k² I_k(β) / β                                                     (n → ∞, SPEC §5)
+    λ_k    = c k² I_k(β) / β                                                     (n → ∞)
 
-— SPEC's formula with ``c = 1``, no missing constant. The dominant mode at ``β = 5`` is ``k = 3``.
+— the paper's formula for ``c = 1``, no missing constant. The dominant mode at ``β = 5`` is ``k = 3``.
 
-``measure_growth_rates`` runs the particle dynamics from a perturbed uniform circle and fits the
-exponential growth of each mode amplitude, so the formula is checked against the simulated field.
+:func:`perturbed_circle` is the initial data of a measurement and :func:`fit_growth_rates` fits the
+exponential growth of each mode amplitude on its snapshots; the simulation itself is
+:func:`attnflow.workflows.growth.measure_growth_rates` (this module never simulates).
 """
 
 from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import scipy.special
-
-from attnflow.core.factors import NoFactor
-from attnflow.core.gauges import IdentityGauge
-from attnflow.core.kernel import Kernel, make_profile
-from attnflow.numerics.dynamics import make_vector_field
-from attnflow.numerics.integrators import RK4
-from attnflow.numerics.solve import solve
 
 
 def circle_growth_rate(k, beta: float, *, c: float = 1.0, n: int | None = None):
@@ -80,40 +72,27 @@ def mode_amplitudes(x, ks) -> np.ndarray:
     return (2.0 / n) * eps @ basis.T
 
 
-def measure_growth_rates(
-    ks,
-    *,
-    n: int = 4000,
-    beta: float = 5.0,
-    c: float = 1.0,
-    eps: float = 1e-8,
-    t_end: float = 0.3,
-    dt: float = 0.02,
-    block_size: int | None = None,
-) -> np.ndarray:
-    """Fitted growth rates of the modes ``ks`` from one particle simulation on ``S^1``.
-
-    Starts from the uniform circle displaced by ``eps · Σ_k sin(kφ_i)`` (all modes at once: they
-    are decoupled to first order, and the quadratic coupling is ``O(eps)`` relative), integrates
-    with RK4 up to ``t_end``, and fits ``log a_k(t)`` by least squares. Keep
-    ``eps · exp(λ_max t_end)`` small (linear regime) and ``λ_max dt`` small (RK4 accuracy).
-    """
+def perturbed_circle(n: int, ks, *, eps: float) -> np.ndarray:
+    """The uniform circle displaced by ``eps · Σ_k sin(kφ_i)``: all the modes ``ks`` at once (they
+    are decoupled to first order, and the quadratic coupling is ``O(eps)`` relative)."""
     ks = np.asarray(ks, dtype=int)
     displacement = eps * np.sum(np.sin(np.outer(ks, 2.0 * np.pi * np.arange(n) / n)), axis=0)
-    profile = make_profile("exp", beta=beta)
-    profile = type(profile)(kind="exp", beta=profile.beta, c=jnp.asarray(c, jnp.float64))
-    kernel = Kernel(gauge=IdentityGauge(n=n, d=2), factor=NoFactor(n=n), profile=profile)
-    field = make_vector_field(kernel, block_size=block_size)
-    x0 = jnp.asarray(uniform_circle(n, displacement=displacement))
-    trajectory = solve(field, x0, integrator=RK4(), dt=dt, t_end=t_end, save_every=dt, key=jax.random.key(0))
-    amplitudes = mode_amplitudes(trajectory.xs, ks)  # (T, K)
-    return np.array([np.polyfit(trajectory.ts, np.log(np.abs(a)), 1)[0] for a in amplitudes.T])
+    return uniform_circle(n, displacement=displacement)
+
+
+def fit_growth_rates(ts, xs, ks) -> np.ndarray:
+    """Growth rates of the modes ``ks`` fitted on snapshots ``xs (T, n, 2)`` at times ``ts``: the
+    least-squares slope of ``log |a_k(t)|`` (:func:`mode_amplitudes`). Meaningful in the linear
+    regime (amplitudes small all along)."""
+    amplitudes = mode_amplitudes(xs, ks)  # (T, K)
+    return np.array([np.polyfit(np.asarray(ts), np.log(np.abs(a)), 1)[0] for a in amplitudes.T])
 
 
 __all__ = [
     "circle_growth_rate",
     "dominant_mode",
-    "measure_growth_rates",
+    "fit_growth_rates",
     "mode_amplitudes",
+    "perturbed_circle",
     "uniform_circle",
 ]

@@ -1,4 +1,4 @@
-"""Closed-form theory: energy bounds, maximiser sets, the spectral dichotomy, certificates (SPEC §1.3, §2).
+"""Closed-form theory: energy bounds, maximiser sets, the spectral dichotomy, certificates.
 
 Energy bounds
     ``energy_max(kernel)``: the maximum of ``E`` over configurations with the kernel's labels where
@@ -7,7 +7,7 @@ Energy bounds
     of ``(S^{d−1})^n``. So, for any gauge:
 
     - ``w = 1``: ``φ(1)/2`` (``c e^β/(2β)`` for exp, ``c/2`` for linear), attained exactly on the
-      orbits ``{Q(ξ_i)ᵀ v}`` (§2.1, :func:`orbit_configuration`);
+      orbits ``{Q(ξ_i)ᵀ v}`` (:func:`orbit_configuration`);
     - ``w ≥ 0`` (D1): ``φ(1)·mean(W)/2`` (:func:`dirac_energy`), attained at a Dirac in the gauge
       frame, since ``φ`` is non-decreasing and ``⟨u_i,u_j⟩ ≤ 1``;
     - linear profile, sign-changing ``W`` (D2): ``c λ_max(W)/(2n)`` (:func:`spectral_bound`), from
@@ -17,11 +17,11 @@ Energy bounds
     - otherwise ``None`` (e.g. D3: exponential profile with a sign-changing factor, whose maximiser
       changes with β; :func:`circle_energy`, :func:`antipodal_energy`, :func:`d3_crossing`).
 
-Maximiser sets (§2.1)
+Maximiser sets
     :func:`orbit_configuration` (``Q(ξ_i)ᵀ v`` for any gauge), :func:`latitude_circle` (the RoPE
     prediction in d = 3) and :func:`prompt_clusters` (the K-cluster prediction of a prompt gauge).
 
-Spectral criterion (§2.2)
+Spectral criterion (the dichotomy D1 / D2)
     :func:`spectral_criterion`: the leading eigenpairs of ``W``; a positive vector in the leading
     eigenspace (Perron–Frobenius for ``W ≥ 0``) predicts a Dirac, a sign-changing leading eigenspace
     predicts a spread state.
@@ -44,7 +44,6 @@ import numpy as np
 import scipy.optimize
 import scipy.special
 
-from attnflow.core.factors import DistanceBias, Factor, NoFactor, ToeplitzCos
 from attnflow.core.gauges import Gauge
 from attnflow.core.kernel import Kernel
 from attnflow.core.sphere import project
@@ -62,41 +61,13 @@ def _phi_one(kernel: Kernel) -> float:
     return float(kernel.profile.phi(jnp.asarray(1.0)))
 
 
-def factor_mean(factor: Factor) -> float:
-    """``mean(W) = (1/n²) Σ_ij w_ij`` without forming ``W`` for the analytic factors.
-
-    - ``NoFactor``: 1.
-    - ``ToeplitzCos``: ``|(1/n) Σ_j e^{iωξ_j}|²`` (``W = Re(z z^*)``, ``z_j = e^{iωξ_j}``), O(n).
-    - ``DistanceBias``: with sorted labels, ``S_j = Σ_{i<j} e^{−m(ξ_j−ξ_i)}`` obeys
-      ``S_j = e^{−m(ξ_j−ξ_{j−1})}(S_{j−1} + 1)``, so ``Σ w = n + 2 Σ_j S_j`` in O(n log n) with no
-      overflow (a ``lax.scan``).
-    - ``MatrixFactor``: the mean of the given matrix.
-    """
-    if isinstance(factor, NoFactor):
-        return 1.0
-    if isinstance(factor, ToeplitzCos):
-        z = jnp.exp(1j * factor.omega * factor.xi)
-        return float(jnp.abs(jnp.mean(z)) ** 2)
-    if isinstance(factor, DistanceBias):
-        decay = jnp.exp(-factor.slope * jnp.diff(jnp.sort(factor.xi)))
-
-        def step(s, a):
-            s = a * (s + 1.0)
-            return s, s
-
-        _, partial_sums = jax.lax.scan(step, jnp.zeros((), decay.dtype), decay)
-        n = factor.n
-        return float((n + 2.0 * jnp.sum(partial_sums)) / n**2)
-    return float(jnp.mean(factor.matrix()))
-
-
 def dirac_energy(kernel: Kernel) -> float:
     """Energy of a Dirac in the gauge frame (``u_i = v`` for all i): ``φ(1)·mean(W)/2``.
 
     This is the D1 bound for a non-negative factor; for ``w = 1`` it is ``c e^β/(2β)`` (exp) or
     ``c/2`` (linear), the energy of every orbit configuration.
     """
-    return _phi_one(kernel) * factor_mean(kernel.factor) / 2.0
+    return _phi_one(kernel) * kernel.factor.mean() / 2.0
 
 
 def spectral_bound(w, *, c: float = 1.0) -> float:
@@ -105,7 +76,7 @@ def spectral_bound(w, *, c: float = 1.0) -> float:
     ``E = (c/(2n²)) tr(WG)`` with ``G`` a Gram matrix of unit vectors (PSD, ``tr G = n``), and
     ``tr(WG) ≤ λ_max(W) tr(G)``.
     """
-    w = np.asarray(w.matrix() if hasattr(w, "matrix") else w, dtype=np.float64)
+    w = np.asarray(w.dense() if hasattr(w, "dense") else w, dtype=np.float64)
     return float(c) * float(np.linalg.eigvalsh(w)[-1]) / (2.0 * w.shape[0])
 
 
@@ -113,18 +84,13 @@ def leading_eigenspace(w, *, rtol: float = EIG_RTOL) -> tuple[np.ndarray, np.nda
     """Eigenvalues of ``W`` (descending) and an orthonormal basis ``(n, k)`` of the eigenspace of
     those within ``rtol·|λ_max|`` of ``λ_max``.
 
-    ``w`` is an array or a factor; a ``ToeplitzCos`` factor is handled in O(n) through its rank-2
-    form ``W = F Fᵀ``, ``F = [cos ωξ, sin ωξ]`` (eigenpairs of ``FᵀF``; the other ``n − 2``
-    eigenvalues are 0).
+    ``w`` is an array or a factor (whose ``eigenpairs`` may use its structure: a ``ToeplitzCos``
+    factor is handled in O(n) through its rank-2 form).
     """
-    if isinstance(w, ToeplitzCos):
-        f = np.stack([np.cos(w.omega * w.xi), np.sin(w.omega * w.xi)], axis=1).astype(np.float64)
-        small, rot = np.linalg.eigh(f.T @ f)
-        values = np.concatenate([small[::-1], np.zeros(f.shape[0] - 2)])
-        vectors = (f @ rot[:, ::-1]) / np.sqrt(np.maximum(small[::-1], np.finfo(float).tiny))
+    if hasattr(w, "eigenpairs"):
+        values, vectors = w.eigenpairs()
     else:
-        w = np.asarray(w.matrix() if hasattr(w, "matrix") else w, dtype=np.float64)
-        values, vectors = np.linalg.eigh(w)
+        values, vectors = np.linalg.eigh(np.asarray(w, dtype=np.float64))
         values, vectors = values[::-1], vectors[:, ::-1]
     scale = max(abs(values[0]), np.finfo(float).tiny)
     k = int(np.sum(values[: vectors.shape[1]] >= values[0] - rtol * scale))
@@ -132,7 +98,8 @@ def leading_eigenspace(w, *, rtol: float = EIG_RTOL) -> tuple[np.ndarray, np.nda
 
 
 def energy_max(kernel: Kernel) -> float | None:
-    """Maximal energy for the kernel's labels where SPEC §2 gives it in closed form, else ``None``."""
+    """Maximal energy for the kernel's labels where the theory gives it in closed form (see the
+    module doc), else ``None``."""
     factor = kernel.factor
     if factor.nonnegative:  # w = 1 included
         return dirac_energy(kernel)
@@ -148,7 +115,7 @@ def energy_max(kernel: Kernel) -> float | None:
     return float(kernel.profile.c) * float(values[0]) / (2.0 * n)
 
 
-# --------------------------------------------------------------------------- maximiser sets (§2.1)
+# --------------------------------------------------------------------------- maximiser sets
 
 
 def orbit_configuration(gauge: Gauge, v) -> jax.Array:
@@ -164,7 +131,7 @@ def orbit_configuration(gauge: Gauge, v) -> jax.Array:
 
 @dataclasses.dataclass(frozen=True)
 class LatitudeCircle:
-    """The §2.1 prediction for standard RoPE in d = 3, ``ξ_i = i``, ``full_period``.
+    """The predicted maximiser for standard RoPE in d = 3, ``ξ_i = i``, ``full_period``.
 
     The orbit ``R(ξ_i)ᵀ v`` is ``n`` equally spaced points on the circle at height ``v_3``.
     """
@@ -197,7 +164,7 @@ def latitude_circle(v, n: int) -> LatitudeCircle:
 
 @dataclasses.dataclass(frozen=True)
 class ClusterPrediction:
-    """The §2.1 prediction for a prompt gauge: clusters ``Q_kᵀ v`` with masses ``ρ(k)``."""
+    """The predicted maximiser for a prompt gauge: clusters ``Q_kᵀ v`` with masses ``ρ(k)``."""
 
     centres: np.ndarray  # (K, d)
     masses: np.ndarray  # (K,)
@@ -230,7 +197,7 @@ def prompt_clusters(q_prompts, v, masses=None) -> ClusterPrediction:
     )
 
 
-# --------------------------------------------------------------------------- D2 and D3 (§2.2)
+# --------------------------------------------------------------------------- D2 and D3
 
 
 def great_circle(xi, omega: float, d: int = 3) -> np.ndarray:
@@ -271,7 +238,7 @@ def d3_crossing(*, xtol: float = 1e-14) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class SpectralCriterion:
-    """Leading eigenpairs of ``W`` and the D1/D2 prediction (SPEC §2.2)."""
+    """Leading eigenpairs of ``W`` and the D1/D2 prediction."""
 
     eigenvalues: np.ndarray  # the top min(n, 4) eigenvalues, descending
     multiplicity: int  # dimension of the leading eigenspace
@@ -289,7 +256,7 @@ def spectral_criterion(w, *, rtol: float = EIG_RTOL) -> SpectralCriterion:
     positive Perron vector ("dirac", D1); the full-period Toeplitz cosine has the leading plane
     spanned by ``cos, sin`` and no positive vector in it ("spread", D2).
     """
-    if not hasattr(w, "matrix"):
+    if not hasattr(w, "eigenpairs"):
         w = np.asarray(w, dtype=np.float64)
         if w.ndim != 2 or w.shape[0] != w.shape[1] or not np.all(np.isfinite(w)):
             raise ValueError(f"spectral_criterion: `w` must be a finite square matrix; got shape {w.shape}.")
@@ -327,7 +294,7 @@ def spectral_criterion(w, *, rtol: float = EIG_RTOL) -> SpectralCriterion:
 
 @dataclasses.dataclass(frozen=True)
 class Certificate:
-    """What a configuration's energy landscape looks like at that point (SPEC §2 check)."""
+    """What a configuration's energy landscape looks like at that point (a check of a claimed maximiser)."""
 
     energy: float
     energy_max: float | None
@@ -414,7 +381,6 @@ __all__ = [
     "d3_crossing",
     "dirac_energy",
     "energy_max",
-    "factor_mean",
     "leading_eigenspace",
     "great_circle",
     "latitude_circle",

@@ -1,4 +1,4 @@
-"""Gauges ``Q: A → O(d)``: the orthogonal matrix ``Q(ξ_i)`` each token carries (SPEC §1.1).
+"""Gauges ``Q: A → O(d)``: the orthogonal matrix ``Q(ξ_i)`` each token carries.
 
 A gauge is a frozen pytree holding, for the ``n`` frozen labels, what is needed to apply
 ``Q(ξ_i)`` and ``Q(ξ_i)ᵀ`` row by row:
@@ -11,7 +11,8 @@ A gauge is a frozen pytree holding, for the ``n`` frozen labels, what is needed 
   gauges, gauges read from a file, realisation gauges).
 
 ``apply(x)`` returns the gauge frame ``u_i = Q(ξ_i) x_i``; ``apply_transpose(u)`` returns
-``Q(ξ_i)ᵀ u_i``; ``matrices()`` returns ``q (n, d, d)``.
+``Q(ξ_i)ᵀ u_i``; ``matrices()`` returns ``q (n, d, d)``; ``is_identity`` (static) says whether
+``Q = I`` for every token (then the gauge frame is the content itself).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class IdentityGauge:
 
     n: int
     d: int
+    is_identity = True
 
     def apply(self, x: jax.Array) -> jax.Array:
         return x
@@ -54,6 +56,7 @@ class RoPE:
 
     angles: jax.Array  # (n, m), m <= d // 2
     d: int
+    is_identity = False
 
     @property
     def n(self) -> int:
@@ -84,6 +87,7 @@ class DenseGauge:
     """Arbitrary per-token orthogonal matrices ``q[i] = Q(ξ_i)``."""
 
     q: jax.Array  # (n, d, d)
+    is_identity = False
 
     @property
     def n(self) -> int:
@@ -213,7 +217,7 @@ def haar_orthogonal(key, k: int, d: int) -> np.ndarray:
 
     ``key`` is a JAX key (QR of a Gaussian, signs fixed) or an integer seed, the config convention:
     ``scipy.stats.ortho_group`` with that seed, the draw of the NumPy/SciPy reference codes (the
-    outcomes of SPEC §6 E3 were measured with it).
+    outcomes of the paper's experiment E3 were measured with it).
     """
     if isinstance(key, int | np.integer):
         return scipy.stats.ortho_group.rvs(d, size=k, random_state=int(key)).reshape(k, d, d)

@@ -1,4 +1,4 @@
-"""The kernel family ``h((x,ξ),(y,ζ)) = w(ξ,ζ) · φ(⟨Q(ξ)x, Q(ζ)y⟩)`` (SPEC §1.1, §1.3).
+"""The kernel family ``h((x,ξ),(y,ζ)) = w(ξ,ζ) · φ(⟨Q(ξ)x, Q(ζ)y⟩)``.
 
 - ``Profile``: ``φ(t) = (c/β) e^{βt}`` ("exp") or ``φ(t) = c t`` ("linear"); ``c = 1`` ("plain") or
   ``c = e^{−β}`` ("rescaled"). Logits are never exponentiated unbounded: on the sphere ``t ≤ 1``, so
@@ -11,7 +11,7 @@
   ``block_size`` rows (float32; ``lax.map``, memory ``O(n · block_size)`` per lane). The tile
   pairs or row blocks are dealt into lanes that run on every CPU core (``attnflow.numerics.lanes``).
 - ``energy``: ``E = (1/(2n²)) Σ_ij h(z_i, z_j)``, dense or tiled the same way.
-- ``factor_tile``: the factor block ``w[idx_i][:, idx_j]`` from the labels, ``O(b_i b_j)``.
+- ``factor_tile``: the factor block ``w[idx_i][:, idx_j]`` (the factor's ``tile``).
 
 Performance notes (measured on a 2-core x86 CPU, see ``benchmarks/RESULTS.md``).
 
@@ -41,13 +41,10 @@ Performance notes (measured on a 2-core x86 CPU, see ``benchmarks/RESULTS.md``).
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnflow.core import factors
 from attnflow.core.kernel import Kernel
 from attnflow.numerics import lanes
 
@@ -122,19 +119,9 @@ def _tiled_rows(a: jax.Array, tile: int) -> jax.Array:
 
 
 def factor_tile(factor, idx_i: jax.Array, idx_j: jax.Array, dtype) -> jax.Array:
-    """The factor block ``w[idx_i][:, idx_j]`` (or a broadcastable ``(1, 1)`` block of ones), computed
-    from the labels in ``O(len(idx_i) · len(idx_j))`` for the built-in factors."""
-    if isinstance(factor, factors.NoFactor):
-        return jnp.ones((1, 1), dtype)
-    if isinstance(factor, factors.MatrixFactor):
-        return factor.w[idx_i[:, None], idx_j[None, :]].astype(dtype)
-    if isinstance(factor, factors.DistanceBias | factors.ToeplitzCos):
-        # the rows of a factor on the labels (ξ_idx_i, ξ_idx_j), restricted to the second group
-        # (XLA pushes the slice through the elementwise formula: only b_i × b_j entries are computed)
-        b = idx_i.shape[0]
-        local = dataclasses.replace(factor, xi=jnp.concatenate([factor.xi[idx_i], factor.xi[idx_j]]))
-        return local.rows(jnp.arange(b))[:, b:].astype(dtype)
-    return factor.rows(idx_i)[:, idx_j].astype(dtype)  # any other factor: O(b n) per tile
+    """The factor block ``w[idx_i][:, idx_j]`` (or a broadcastable ``(1, 1)`` block of ones): the
+    factor's own ``tile`` (``attnflow.core.factors``)."""
+    return factor.tile(idx_i, idx_j, dtype)
 
 
 def _padded_values(values: jax.Array, *, ones: bool) -> jax.Array:

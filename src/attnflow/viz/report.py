@@ -1,6 +1,6 @@
 """The reproduce report: ``results.json``, ``report.md``, a self-contained ``report.html``, figures.
 
-:func:`write_report` takes the :class:`~attnflow.workflows.reproduce.Outcome` of a run and writes, into
+:func:`write_report` takes the :class:`~attnflow.io.outcomes.Outcome` of a run and writes, into
 ``out_dir``:
 
 - ``results.json``: for every experiment, variant, n and seed the measured values (at the end and
@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import base64
 import html
-import json
-import os
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -34,10 +32,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from rich.table import Table
 
-from attnflow import __version__
+from attnflow.io.atomic import write_json, write_text
+from attnflow.io.outcomes import METRICS, JobResult, Outcome, time_label
+from attnflow.io.version import __version__
 from attnflow.viz import plotting
-from attnflow.workflows.experiments import time_label
-from attnflow.workflows.reproduce import METRICS, JobResult, Outcome
 
 OP_TEXT = {"<": "<", "<=": "≤", ">": ">", ">=": "≥", "==": "=", "~=": "≈", "in": "in"}
 
@@ -162,12 +160,6 @@ def results_dict(outcome: Outcome, figures: list[Path]) -> dict[str, Any]:
     }
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 # --------------------------------------------------------------------------- figures
 
 
@@ -257,7 +249,7 @@ def _metastability(path: Path, outcome: Outcome) -> Path | None:
                 label=label,
                 **style,
             )
-            # Rescaled convention (SPEC §1.1): time t e^β, energy E e^{−β} (c = e^{−β}).
+            # The "rescaled" time scale (c = e^{−β}): time t e^β, energy E e^{−β}.
             right.plot(ts[1:] * np.exp(beta), energies[b, 1:] * np.exp(-beta), label=label, **style)
     left.set(xlabel="t (plain time)", ylabel="clusters in the gauge frame", yscale="log",
              title=f"E6, β = {jobs[0].figure.beta:g}, n = {n}: clusters per seed")  # fmt: skip
@@ -370,7 +362,7 @@ def _blocks(outcome: Outcome, figures: list[Path]) -> list[tuple[str, Any]]:
         counts[row["status"]] += 1
     verdict = "all expectations pass" if not outcome.failures else f"{counts['FAIL']} expectation rows FAIL"
     blocks: list[tuple[str, Any]] = [
-        ("h1", "attnflow reproduce — SPEC §6"),
+        ("h1", "attnflow reproduce — the paper's experiments"),
         ("p", f"attnflow {__version__}, backend {jax.default_backend()}, "
               f"{'--quick' if outcome.quick else 'full run'}, wall time {outcome.wall_s:.1f} s: "
               f"{verdict} ({counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['SKIP']} SKIP)."),
@@ -460,9 +452,8 @@ def write_report(out_dir: Path, outcome: Outcome) -> list[Path]:
     """Write figures, ``results.json``, ``report.md`` and ``report.html`` into ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     figures = write_figures(out_dir, outcome)
-    results = json.dumps(results_dict(outcome, figures), indent=1, allow_nan=False)
-    _write_atomic(out_dir / "results.json", results + "\n")
+    write_json(out_dir / "results.json", results_dict(outcome, figures), indent=1)
     blocks = _blocks(outcome, figures)
-    _write_atomic(out_dir / "report.md", _markdown(blocks, out_dir))
-    _write_atomic(out_dir / "report.html", _html(blocks))
+    write_text(out_dir / "report.md", _markdown(blocks, out_dir))
+    write_text(out_dir / "report.html", _html(blocks))
     return [out_dir / "results.json", out_dir / "report.md", out_dir / "report.html", *figures]

@@ -1,4 +1,4 @@
-"""The paper's experiments (SPEC §6) as data: one TOML file per experiment, validated here.
+"""The paper's experiments (E0–E9) as data: one TOML file per experiment, validated here.
 
 A file holds metadata, the run configuration and the expectations that ``attnflow reproduce``
 checks; nothing about an experiment lives in code branches. Layout of ``E1.toml``::
@@ -7,7 +7,7 @@ checks; nothing about an experiment lives in code branches. Layout of ``E1.toml`
     title = "RoPE: latitude circle"
     setting = "RoPE, xi_i = i, ..."        # one line for the report
     shape = "latitude circle"              # what the final state looks like (figure titles)
-    kind = "simulate"                      # or "realize_orbit" / "realize_sphere" (SPEC §3)
+    kind = "simulate"                      # or "realize_orbit" / "realize_sphere" (realisations)
     sizes = [64, 128, 256]
     seeds = [0, 1, ..., 9]
     report_times = [0.0, 20.0]             # snapshots measured (and drawn) besides the final one
@@ -20,7 +20,7 @@ checks; nothing about an experiment lives in code branches. Layout of ``E1.toml`
     overrides = []                         # config overrides ("section.key=value") under --quick
     realize = {}                           # realisation parameters replaced under --quick
 
-    [config.gauge]                         # SPEC §7.2 sections (kind = "simulate"); model.n and
+    [config.gauge]                         # run config sections (kind = "simulate"); model.n and
     kind = "rope"                          # init.seed are set per size and seed
 
     [realize]                              # parameters of the realisation (kind = "realize_*")
@@ -33,7 +33,7 @@ checks; nothing about an experiment lives in code branches. Layout of ``E1.toml`
 
     [[expect]]                             # checked by evaluate() below
     text = "orbit_residual <= 1e-4 at tau = 20"
-    metric = "orbit_residual"              # a measured value (attnflow.workflows.reproduce.METRICS)
+    metric = "orbit_residual"              # a measured value (attnflow.io.outcomes.METRICS)
     op = "<="                              # "<", "<=", ">", ">=", "==", "~=" (|a - b| <= tol), "in"
     bound = 1e-4                           # a number, a boolean, [lo, hi] for "in";
     # bound_metric = "circle_deficit"      # ... or another measured value of the same seed
@@ -64,6 +64,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from attnflow.io.config import Config, ConfigError, apply_overrides, config_from_dict
+from attnflow.io.outcomes import time_label
 
 __all__ = [
     "evaluate",
@@ -74,7 +75,6 @@ __all__ = [
     "experiment_ids",
     "load_experiment",
     "load_experiments",
-    "time_label",
 ]
 
 KINDS = ("simulate", "realize_orbit", "realize_sphere")
@@ -138,7 +138,7 @@ class QuickSettings(_Frozen):
 
 
 class Experiment(_Frozen):
-    """An experiment of SPEC §6: metadata, configuration (or realisation parameters), expectations."""
+    """An experiment of the paper: metadata, configuration (or realisation parameters), expectations."""
 
     id: str
     title: str
@@ -167,11 +167,6 @@ class Experiment(_Frozen):
     def realize_parameters(self, *, quick: bool = False) -> dict[str, Any]:
         """The realisation parameters (``kind`` = "realize_*"), with the quick ones under ``--quick``."""
         return {**self.realize, **(self.quick.realize if quick else {})}
-
-
-def time_label(t: float | None) -> str:
-    """Key of the values measured at time ``t`` (``"final"`` for the last snapshot)."""
-    return "final" if t is None else f"t={t:g}"
 
 
 def _experiments_folder() -> Path:
@@ -318,7 +313,7 @@ def evaluate(experiment: Experiment, jobs: Sequence[Any]) -> list[dict[str, Any]
     """Check every expectation of ``experiment`` against measured values; one row per
     (expectation, variant, size), or per (expectation, variant) with ``across = "some size"``.
 
-    ``jobs`` are the results of the experiment's runs (:class:`attnflow.workflows.reproduce.JobResult`): each
+    ``jobs`` are the results of the experiment's runs (:class:`attnflow.io.outcomes.JobResult`): each
     has ``variant``, ``n``, ``status`` ("ok", "skipped", "error", or a solver status), ``reason``,
     and ``values``, one dict per seed: ``{"seed": s, "final": {metric: value}, "t=20": {...}}``.
     A value that is missing or None never satisfies a comparison. Rows hold the measured value

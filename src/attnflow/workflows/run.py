@@ -1,9 +1,9 @@
-"""One simulation into a run folder (SPEC §7.3): build → solve → store → metrics → figures.
+"""One simulation into a run folder: build → solve → store → metrics → figures.
 
 ``run(config, out_dir)`` validates and builds everything before it touches the disk (bad input
 leaves nothing behind), then writes ``config.json``, streams snapshots into ``trajectory.zarr``
 (a killed run keeps every completed snapshot), and finally writes ``metrics.json`` (atomically)
-and ``figures/``. ``summarize`` computes the metrics of a trajectory without re-simulating.
+and ``figures/``. The metrics come from the stored snapshots (:func:`attnflow.analysis.summary.summarize`).
 """
 
 from __future__ import annotations
@@ -16,23 +16,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from attnflow import __version__
-from attnflow.analysis import metrics
-from attnflow.analysis.theory import energy_max
-from attnflow.core.gauges import IdentityGauge
+from attnflow.analysis.summary import gauge_frames, summarize
 from attnflow.io import store
+from attnflow.io.atomic import write_json
 from attnflow.io.config import Config, ConfigError, resolved_dict
+from attnflow.io.version import __version__
 from attnflow.numerics.solve import Trajectory, snapshot_count, solve
-from attnflow.numerics.summation import energy
 from attnflow.viz import plotting
-from attnflow.workflows.build import Simulation, build
-
-COLLAPSE_THRESHOLD = 0.999
-ENERGY_TOL = 1e-10  # relative decrease allowed between snapshots (round-off of the energy sum)
-PAIRWISE_LIMIT = 8192  # above this n the O(n²) cluster diagnostics are skipped (null)
+from attnflow.workflows.build import build
 
 Progress = Callable[[int, int], None]
 
@@ -44,55 +37,6 @@ class RunResult:
     trajectory: Trajectory
 
 
-def gauge_frame(sim: Simulation, xs: np.ndarray) -> np.ndarray:
-    """``u = Q(ξ)x`` for every snapshot of ``xs (T, n, d)``."""
-    return np.asarray(jax.vmap(sim.kernel.gauge.apply)(jnp.asarray(xs)))
-
-
-def energy_series(sim: Simulation, xs: np.ndarray) -> np.ndarray:
-    fn = jax.jit(lambda x: energy(sim.kernel, x, block_size=sim.block_size))
-    return np.array([float(fn(jnp.asarray(x))) for x in xs])
-
-
-def summarize(sim: Simulation, trajectory: Trajectory, *, theta_c: float = 0.1) -> dict:
-    """Every SPEC §4 key for the final snapshot, the ``series`` block (no ``run`` block)."""
-    ts, xs = trajectory.ts, trajectory.xs
-    us = gauge_frame(sim, xs)
-    n = xs.shape[1]
-    gauged = not isinstance(sim.kernel.gauge, IdentityGauge)
-    q = np.asarray(sim.kernel.gauge.matrices()) if gauged else None
-    pairwise = n <= PAIRWISE_LIMIT
-    final = metrics.snapshot_summary(xs[-1], q=q, groups=sim.groups, theta_c=theta_c, pairwise=pairwise)
-    energies = energy_series(sim, xs)
-    e_max = energy_max(sim.kernel)
-    mean_cos = np.asarray(metrics.series(xs, metrics.mean_cosine))
-    gauge_mean_cos = np.asarray(metrics.series(us, metrics.mean_cosine))
-    final.update(
-        energy=float(energies[-1]),
-        energy_max=e_max,
-        energy_gap=None if e_max is None else (e_max - float(energies[-1])) / e_max,
-        energy_monotone=metrics.is_monotone(energies, tol=ENERGY_TOL * max(1.0, abs(float(energies[-1])))),
-        collapse_time=metrics.collapse_time(ts, mean_cos, threshold=COLLAPSE_THRESHOLD),
-        gauge_collapse_time=metrics.collapse_time(ts, gauge_mean_cos, threshold=COLLAPSE_THRESHOLD),
-    )
-    n_eff = [None] * len(ts) if not pairwise else [metrics.n_eff(x, theta_c=theta_c) for x in xs]
-    final["series"] = {
-        "t": ts.tolist(),
-        "energy": energies.tolist(),
-        "mean_cosine": mean_cos.tolist(),
-        "gauge_mean_cosine": gauge_mean_cos.tolist(),
-        "n_eff": n_eff,
-    }
-    return final
-
-
-def _write_json(path: Path, data: dict) -> None:
-    """Write JSON atomically (temporary file, then rename)."""
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=2, allow_nan=False) + "\n")
-    os.replace(tmp, path)
-
-
 def _prepare_folder(out_dir: Path) -> None:
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ConfigError(f"run: `--out` must be a new or empty folder; got {str(out_dir)!r} (not empty).")
@@ -100,6 +44,8 @@ def _prepare_folder(out_dir: Path) -> None:
 
 
 def write_figures(out_dir: Path, ts, xs, us, xi, series: dict) -> list[Path]:
+    """The run figures of ``out_dir/figures`` from the snapshots, their gauge frames ``us``, the
+    labels ``xi`` (colours) and the ``series`` block of the metrics (entries with nulls skipped)."""
     color = xi if xi.ndim == 1 else xi[:, 0]
     arrays = {k: np.asarray(v, dtype=float) for k, v in series.items() if k != "t" and None not in v}
     return plotting.write_run_figures(out_dir / "figures", ts=ts, xs=xs, us=us, color=color, series=arrays)
@@ -111,16 +57,15 @@ def run(config: Config, out_dir: str | os.PathLike, *, progress: Progress | None
     out_dir = Path(out_dir)
     _prepare_folder(out_dir)
     resolved = resolved_dict(config)
-    _write_json(out_dir / "config.json", {**resolved, "attnflow_version": __version__})
+    write_json(out_dir / "config.json", {**resolved, "attnflow_version": __version__})
     n_snapshots = snapshot_count(sim.t_end, sim.save_every)
-    gauged = not isinstance(sim.kernel.gauge, IdentityGauge)
     writer = store.TrajectoryWriter(
         out_dir / "trajectory.zarr",
         n_snapshots_max=n_snapshots,
         n=config.model.n,
         d=config.model.d,
         xi=sim.xi,
-        gauge=np.asarray(sim.kernel.gauge.matrices()) if gauged else None,
+        gauge=None if sim.kernel.gauge.is_identity else np.asarray(sim.kernel.gauge.matrices()),
         attrs={"config": resolved, "attnflow_version": __version__},
         dtype=config.solver.dtype,
     )
@@ -144,7 +89,9 @@ def run(config: Config, out_dir: str | os.PathLike, *, progress: Progress | None
     )
     wall = time.perf_counter() - start
     writer.close(trajectory.status)
-    summary = summarize(sim, trajectory)
+    summary = summarize(
+        sim.kernel, trajectory.ts, trajectory.xs, groups=sim.groups, block_size=sim.block_size
+    )
     summary["run"] = {
         "status": trajectory.status,
         "steps": trajectory.steps,
@@ -154,10 +101,9 @@ def run(config: Config, out_dir: str | os.PathLike, *, progress: Progress | None
         "backend": jax.default_backend(),
         "block_size": sim.block_size,
     }
-    _write_json(out_dir / "metrics.json", summary)
-    write_figures(
-        out_dir, trajectory.ts, trajectory.xs, gauge_frame(sim, trajectory.xs), sim.xi, summary["series"]
-    )
+    write_json(out_dir / "metrics.json", summary)
+    us = gauge_frames(sim.kernel.gauge, trajectory.xs)
+    write_figures(out_dir, trajectory.ts, trajectory.xs, us, sim.xi, summary["series"])
     return RunResult(out_dir=out_dir, metrics=summary, trajectory=trajectory)
 
 

@@ -1,0 +1,194 @@
+"""Rules that tie several configuration values together, run once every field is valid.
+
+Each rule takes a whole :class:`~attnflow.io.config_schema.Config` whose fields are each valid, and
+raises a :class:`~attnflow.io.config_errors.ConfigError` naming the key to change. Options that
+only matter for one ``kind`` (``init.rho0`` for ``equiangular``, ``gauge.rates`` for
+``generalized_rope``, ...) are cross-checked only when that kind is selected. :data:`RULES` lists
+them in the order they run; :func:`check_rules` runs them (the ``Config`` validator calls it).
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+from attnflow.io.config_errors import ConfigError
+
+__all__ = ["FIXED_STEP_METHODS", "RULES", "check_rules"]
+
+FIXED_STEP_METHODS = ("euler", "rk4", "geodesic_rk4")
+MULTIPLE_RTOL = 1e-9  # relative tolerance for "save_every is a whole multiple of dt"
+
+
+def _file_kinds_have_paths(config) -> None:
+    for name in ("aux", "gauge", "factor", "init"):
+        section = getattr(config, name)
+        if section.kind == "file" and section.path is None:
+            raise ConfigError.from_parts(
+                f"{name}.path",
+                f"a file path when `{name}.kind` = 'file'",
+                None,
+                hint="Relative paths resolve against the config file's folder.",
+            )
+
+
+def _cap_center_has_d_entries(config) -> None:
+    d, init = config.model.d, config.init
+    if init.kind == "cap" and len(init.center) != d:
+        raise ConfigError.from_parts(
+            "init.center",
+            f"a list of `model.d` = {d} numbers when `init.kind` = 'cap'",
+            list(init.center),
+        )
+
+
+def _equiangular_is_realisable(config) -> None:
+    n, d, init = config.model.n, config.model.d, config.init
+    if init.kind != "equiangular":
+        return
+    lower = -1 / (n - 1)
+    if not lower < init.rho0 < 1:
+        raise ConfigError.from_parts(
+            "init.rho0",
+            f"in (-1/(n-1), 1) = ({lower:.6g}, 1) for `model.n` = {n}",
+            init.rho0,
+            hint="rho0 is the common pairwise cosine; -1/(n-1) is the most spread n unit vectors "
+            "allow, 1 puts every token at one point.",
+        )
+    if d < n:
+        raise ConfigError.from_parts(
+            "init.kind",
+            f"'uniform', 'cap' or 'file' when `model.d` = {d} < `model.n` = {n}",
+            init.kind,
+            hint=f"n unit vectors with pairwise cosine rho0 span n dimensions, so equiangular data "
+            f"needs d >= n; use init.kind = 'uniform', or set model.d >= {n}.",
+        )
+
+
+def _whole_multiple(total: float, step: float) -> bool:
+    k = round(total / step)
+    return k >= 1 and abs(total - k * step) <= MULTIPLE_RTOL * total
+
+
+def _nearest_multiple(total: float, step: float) -> str:
+    return f"{max(1, round(total / step)) * step:.12g}"
+
+
+def _time_grid_is_whole(config) -> None:
+    solver = config.solver
+    if solver.method in FIXED_STEP_METHODS and not _whole_multiple(solver.save_every, solver.dt):
+        raise ConfigError.from_parts(
+            "solver.save_every",
+            f"a whole multiple of `solver.dt` = {solver.dt!r} for method {solver.method!r}",
+            solver.save_every,
+            hint=f"Try save_every = {_nearest_multiple(solver.save_every, solver.dt)}, or change solver.dt.",
+        )
+    if not _whole_multiple(solver.t_end, solver.save_every):
+        raise ConfigError.from_parts(
+            "solver.t_end",
+            f"a whole multiple of `solver.save_every` = {solver.save_every!r}",
+            solver.t_end,
+            hint=f"Try t_end = {_nearest_multiple(solver.t_end, solver.save_every)}.",
+        )
+
+
+_POSITIONAL = {"gauge": ("rope", "generalized_rope"), "factor": ("distance_bias", "toeplitz_cos")}
+
+
+def _labels_fit_the_kernel(config) -> None:
+    aux = config.aux
+    if config.gauge.kind == "prompt" and aux.kind != "prompts":
+        raise ConfigError.from_parts(
+            "aux.kind",
+            "'prompts' when `gauge.kind` = 'prompt'",
+            aux.kind,
+            hint="A prompt gauge gives each prompt id its own rotation; set aux.kind = 'prompts'.",
+        )
+    for name, positional in _POSITIONAL.items():
+        kind = getattr(config, name).kind
+        if kind in positional and aux.kind not in ("positions", "file"):
+            raise ConfigError.from_parts(
+                "aux.kind",
+                f"'positions' or 'file' when `{name}.kind` = {kind!r}",
+                aux.kind,
+                hint=f"{name} {kind!r} is a function of positions xi; set aux.kind = 'positions'.",
+            )
+
+
+def _softmax_has_nonnegative_factor(config) -> None:
+    if config.model.normalization == "sa" and config.factor.kind == "toeplitz_cos":
+        raise ConfigError.from_parts(
+            "factor.kind",
+            "a non-negative factor ('none', 'distance_bias', or 'file' with w >= 0) "
+            "when `model.normalization` = 'sa'",
+            config.factor.kind,
+            hint="Softmax divides row i by sum_k w_ik exp(beta s_ik), which can vanish or turn "
+            "negative when w = cos(omega (xi - zeta)) changes sign; use model.normalization = 'usa'.",
+        )
+
+
+def _rope_frequencies_fit(config) -> None:
+    gauge, d = config.gauge, config.model.d
+    explicit = isinstance(gauge.frequencies, tuple)
+    if gauge.kind == "rope" and explicit and len(gauge.frequencies) > d // 2:
+        raise ConfigError.from_parts(
+            "gauge.frequencies",
+            f"at most `model.d` // 2 = {_numbers(d // 2)} (one per coordinate pair)",
+            list(gauge.frequencies),
+            hint="Drop the extra frequencies or raise model.d.",
+        )
+
+
+def _generators_fit(config) -> None:
+    gauge, d = config.gauge, config.model.d
+    if gauge.kind != "generalized_rope":
+        return
+    if gauge.generators is None:
+        if d != 3:
+            raise ConfigError.from_parts(
+                "gauge.axes",
+                f"replaced by `gauge.generators` ({d} x {d} skew-symmetric matrices) when `model.d` = {d}",
+                list(gauge.axes),
+                hint="Axis names 'x', 'y', 'z' name rotations of R^3 only.",
+            )
+        count, per = len(gauge.axes), "axis in `gauge.axes`"
+    else:
+        size = len(gauge.generators[0])
+        if size != d:
+            raise ConfigError.from_parts(
+                "gauge.generators",
+                f"{d} x {d} matrices to match `model.d` = {d}",
+                _as_lists(gauge.generators),
+                hint=f"The generators given are {size} x {size}.",
+            )
+        count, per = len(gauge.generators), "matrix in `gauge.generators`"
+    if len(gauge.rates) != count:
+        raise ConfigError.from_parts(
+            "gauge.rates", f"a list of {_numbers(count)}, one per {per}", list(gauge.rates)
+        )
+
+
+RULES: tuple[Callable[[Any], None], ...] = (
+    _file_kinds_have_paths,
+    _cap_center_has_d_entries,
+    _equiangular_is_realisable,
+    _time_grid_is_whole,
+    _labels_fit_the_kernel,
+    _softmax_has_nonnegative_factor,
+    _rope_frequencies_fit,
+    _generators_fit,
+)
+
+
+def _numbers(count: int) -> str:
+    return f"{count} number" if count == 1 else f"{count} numbers"
+
+
+def _as_lists(value: Any) -> Any:
+    if isinstance(value, tuple | list):
+        return [_as_lists(item) for item in value]
+    return value
+
+
+def check_rules(config) -> None:
+    """Run every rule of :data:`RULES` on ``config`` (a Config whose fields are each valid)."""
+    for rule in RULES:
+        rule(config)

@@ -1,0 +1,157 @@
+"""The configuration's schema: six frozen sections, each field with its type, range and default.
+
+A configuration is plain, frozen data: six sections (``model``, ``aux``, ``gauge``, ``factor``,
+``init``, ``solver``), each a pydantic model whose defaults are the library's defaults.
+Constraints on one value (type, range, allowed choices) live on the field; rules that tie several
+values together are in :mod:`attnflow.io.config_rules`, run by the :class:`Config` validator once
+every field is valid.
+"""
+
+from typing import Annotated, Literal, Self
+
+import numpy as np
+from annotated_types import Ge, Gt, MinLen
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from attnflow.io.config_rules import check_rules
+
+__all__ = [
+    "AuxConfig",
+    "Config",
+    "FactorConfig",
+    "GaugeConfig",
+    "InitConfig",
+    "ModelConfig",
+    "SECTIONS",
+    "SolverConfig",
+]
+
+SKEW_ATOL = 1e-12  # entrywise tolerance on |G + G^T| for generalized_rope generators
+
+PositiveFloat = Annotated[float, Gt(0)]
+NonNegativeFloat = Annotated[float, Ge(0)]
+Seed = Annotated[int, Ge(0)]
+FloatList = Annotated[tuple[float, ...], MinLen(1)]
+Matrix = tuple[tuple[float, ...], ...]
+FilePath = Annotated[str | None, Field(description="a file path (a non-empty string)", min_length=1)]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+
+class ModelConfig(_Frozen):
+    """The kernel profile and the dynamics: profile, β, time scale, normalisation, values, noise."""
+
+    n: int = Field(64, ge=2)
+    d: int = Field(3, ge=2)
+    beta: PositiveFloat = 1.0
+    time_scale: Literal["plain", "rescaled"] = "plain"
+    profile: Literal["exp", "linear"] = "exp"
+    normalization: Literal["usa", "sa"] = "usa"
+    causal: bool = False
+    value: Literal["gradient", "logits_only"] = "gradient"
+    noise: NonNegativeFloat = 0.0
+
+
+class AuxConfig(_Frozen):
+    """The frozen auxiliary labels xi (positions, prompt ids, or from a file)."""
+
+    kind: Literal["none", "positions", "prompts", "file"] = "none"
+    spacing: Literal["index", "unit", "midpoint"] | PositiveFloat = "index"
+    n_prompts: int = Field(4, ge=1)
+    assignment: Literal["cyclic", "random"] = "cyclic"
+    seed: Seed = 0
+    path: FilePath = None
+
+
+class GaugeConfig(_Frozen):
+    """The gauge Q(xi) in O(d): one orthogonal matrix per token."""
+
+    kind: Literal["none", "rope", "generalized_rope", "prompt", "file"] = "none"
+    frequencies: Literal["roformer", "full_period"] | FloatList = "full_period"
+    base: PositiveFloat = 10000.0
+    axes: Annotated[tuple[Literal["x", "y", "z"], ...], MinLen(1)] = ("z", "x")
+    generators: Annotated[tuple[Matrix, ...], MinLen(1)] | None = Field(
+        None, description="a list of square skew-symmetric matrices (each a list of rows)"
+    )
+    rates: FloatList = (1.0, 3.0)
+    omega: Literal["full_period"] | float = "full_period"
+    seed: Seed = 100
+    path: FilePath = None
+
+    @field_validator("generators")
+    @classmethod
+    def _square_and_skew(cls, generators: tuple[Matrix, ...] | None) -> tuple[Matrix, ...] | None:
+        if generators is None:
+            return None
+        size = len(generators[0])
+        if any(len(g) != size or any(len(row) != size for row in g) for g in generators):
+            raise ValueError("a list of square matrices, all of one size d x d")
+        for k, g in enumerate(generators):
+            asymmetry = float(np.max(np.abs(np.asarray(g) + np.asarray(g).T)))
+            if asymmetry > SKEW_ATOL:
+                raise ValueError(
+                    f"skew-symmetric matrices, |G + G^T| <= {SKEW_ATOL:g} entrywise "
+                    f"(generator {k} is off by {asymmetry:.3g})"
+                )
+        return generators
+
+
+class FactorConfig(_Frozen):
+    """The factor w(xi, zeta): a symmetric weight of the labels multiplying the kernel."""
+
+    kind: Literal["none", "distance_bias", "toeplitz_cos", "file"] = "none"
+    slope: NonNegativeFloat = 1.0
+    omega: float = 2 * np.pi
+    path: FilePath = None
+
+
+class InitConfig(_Frozen):
+    """Initial data on the sphere."""
+
+    kind: Literal["uniform", "cap", "equiangular", "file"] = "uniform"
+    seed: Seed = 0
+    center: FloatList = (0.0, 0.0, 1.0)
+    sigma: PositiveFloat = 0.2
+    rho0: float = 0.1
+    path: FilePath = None
+
+    @field_validator("center")
+    @classmethod
+    def _nonzero(cls, center: tuple[float, ...]) -> tuple[float, ...]:
+        if not any(center):
+            raise ValueError("a nonzero list of numbers (a direction)")
+        return center
+
+
+class SolverConfig(_Frozen):
+    """The integrator and the time grid. ``block_size = None`` chooses automatically."""
+
+    method: Literal["euler", "rk4", "geodesic_rk4", "adaptive"] = "rk4"
+    dt: PositiveFloat = 0.01
+    t_end: PositiveFloat = 20.0
+    save_every: PositiveFloat = 0.1
+    rtol: PositiveFloat = 1e-8
+    atol: PositiveFloat = 1e-10
+    dtype: Literal["float64", "float32"] = "float64"
+    block_size: Annotated[int, Ge(1)] | None = None
+
+
+class Config(_Frozen):
+    """A whole run configuration: the six sections plus cross-section rules."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    aux: AuxConfig = Field(default_factory=AuxConfig)
+    gauge: GaugeConfig = Field(default_factory=GaugeConfig)
+    factor: FactorConfig = Field(default_factory=FactorConfig)
+    init: InitConfig = Field(default_factory=InitConfig)
+    solver: SolverConfig = Field(default_factory=SolverConfig)
+
+    @model_validator(mode="after")
+    def _check_rules(self) -> Self:
+        check_rules(self)
+        return self
+
+
+SECTIONS: dict[str, type[BaseModel]] = {name: field.annotation for name, field in Config.model_fields.items()}

@@ -1,0 +1,178 @@
+"""Measuring a reproduce job from its stored snapshots (never a second simulation).
+
+Energies and gauge frames of all snapshots and seeds in one jitted call each, then the
+diagnostics of :mod:`attnflow.analysis.metrics` per seed at the report times and at the end
+(:func:`measure`); every value is one of :data:`attnflow.io.outcomes.METRICS`. Also the states a
+realisation's figure shows (:func:`trajectory_states`, :func:`householder_frame`, :func:`orbit_frame`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from attnflow.analysis import metrics
+from attnflow.analysis.summary import COLLAPSE_THRESHOLD, ENERGY_TOL
+from attnflow.io.outcomes import MEAN_COSINE_TOL, FigureData, time_label
+from attnflow.numerics.summation import energy
+from attnflow.workflows.build import Simulation
+from attnflow.workflows.experiments import Experiment
+
+__all__ = [
+    "householder_frame",
+    "json_value",
+    "measure",
+    "orbit_frame",
+    "series_values",
+    "snapshot_values",
+    "trajectory_states",
+]
+
+THETA_C = 0.1  # cluster threshold (rad), the diagnostics' default
+SERIES_POINTS = 100  # snapshots per seed of the costly per-snapshot series (cluster counts)
+
+
+@partial(jax.jit, static_argnames="block_size")
+def _energies(kernel, xs, block_size=None):
+    """``E`` of every snapshot and seed, ``xs (T, B, n, d) -> (T, B)``; one snapshot time at once."""
+    per_seed = jax.vmap(lambda x: energy(kernel, x, block_size=block_size))
+    return jax.lax.map(per_seed, xs)
+
+
+@jax.jit
+def _gauge_frames(gauge, xs):
+    return jax.vmap(jax.vmap(gauge.apply))(xs)
+
+
+_mean_cosines = jax.jit(jax.vmap(jax.vmap(metrics.mean_cosine)))
+
+
+def json_value(value: Any) -> Any:
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    value = float(value)
+    return value if np.isfinite(value) else None
+
+
+def _cyclic_maxima(values: np.ndarray) -> int:
+    return int(np.sum((values > np.roll(values, 1)) & (values >= np.roll(values, -1))))
+
+
+def snapshot_values(x: np.ndarray, u: np.ndarray, q: np.ndarray | None, groups) -> dict[str, Any]:
+    """Every snapshot quantity of :data:`METRICS` for one seed's state ``x (n, d)``."""
+    n, d = x.shape
+    values = metrics.snapshot_summary(x, q=q, groups=groups, theta_c=THETA_C)
+    gauge_labels = metrics.cluster_labels(u, theta_c=THETA_C)
+    p = np.bincount(gauge_labels) / n
+    values.update(gauge_n_clusters=int(gauge_labels.max()) + 1, gauge_n_eff=float(1.0 / np.sum(p * p)))
+    if d == 3:
+        q_or_eye = np.broadcast_to(np.eye(d), (n, d, d)) if q is None else q
+        u_star = np.asarray(metrics.orbit_base_point(x, q_or_eye))
+        normal = np.linalg.eigh(x.T @ x)[1][:, 0]
+        values.update(
+            std_x3=float(np.std(x[:, 2])),
+            u_star_3=abs(float(u_star[2])),
+            circle_deficit=1.0 - abs(float(u_star[2])),
+            circle_azimuth_uniformity=float(metrics.azimuth_uniformity(x, axis=normal)),
+            latitude_oscillations=_cyclic_maxima(x[:, 2]),
+        )
+    return {key: json_value(value) for key, value in values.items()}
+
+
+def series_values(ts, energies, mean_cos, gauge_mean_cos, e_max) -> dict[str, Any]:
+    """The quantities of a time series up to its last entry (energies and cosines ``(T,)``)."""
+    e_last = float(energies[-1])
+    return {
+        "energy": e_last,
+        "energy_max": e_max,
+        "energy_gap": None if e_max is None else (e_max - e_last) / e_max,
+        "energy_monotone": metrics.is_monotone(energies, tol=ENERGY_TOL * max(1.0, abs(e_last))),
+        "energy_max_decrease": metrics.max_decrease(energies),
+        "mean_cosine_monotone": metrics.is_monotone(mean_cos, tol=MEAN_COSINE_TOL),
+        "mean_cosine_max_decrease": metrics.max_decrease(mean_cos),
+        "collapse_time": metrics.collapse_time(ts, mean_cos, threshold=COLLAPSE_THRESHOLD),
+        "gauge_collapse_time": metrics.collapse_time(ts, gauge_mean_cos, threshold=COLLAPSE_THRESHOLD),
+    }
+
+
+def _time_indices(ts: np.ndarray, report_times: Sequence[float]) -> dict[str, int]:
+    found = {time_label(None): len(ts) - 1}
+    for t in report_times:
+        k = int(np.argmin(np.abs(ts - t)))
+        if abs(ts[k] - t) <= 1e-9 * max(1.0, t):
+            found[time_label(t)] = k
+    return found
+
+
+def measure(
+    sim: Simulation, ts: np.ndarray, xs: np.ndarray, seeds, experiment: Experiment, *, e_max: float | None
+) -> tuple[list, FigureData]:
+    """Per-seed values at the report times and at the end, from snapshots ``xs (T, B, n, d)``;
+    ``e_max`` is the theory's maximal energy (:func:`attnflow.analysis.theory.energy_max`) or None."""
+    gauged = not sim.kernel.gauge.is_identity
+    us = np.asarray(_gauge_frames(sim.kernel.gauge, jnp.asarray(xs))) if gauged else xs
+    energies = np.asarray(_energies(sim.kernel, jnp.asarray(xs), block_size=sim.block_size))
+    mean_cos = np.asarray(_mean_cosines(jnp.asarray(xs)))
+    gauge_mean_cos = np.asarray(_mean_cosines(jnp.asarray(us))) if gauged else mean_cos
+    q = np.asarray(sim.kernel.gauge.matrices()) if gauged else None
+    indices = _time_indices(ts, experiment.report_times)
+    values = []
+    for b, seed in enumerate(seeds):
+        per_time, cache = {"seed": seed}, {}
+        for label, k in indices.items():
+            if k not in cache:
+                window = (ts[: k + 1], energies[: k + 1, b], mean_cos[: k + 1, b], gauge_mean_cos[: k + 1, b])
+                series = {key: json_value(v) for key, v in series_values(*window, e_max).items()}
+                cache[k] = snapshot_values(xs[k, b], us[k, b], q, sim.groups) | series
+            per_time[label] = cache[k]
+        values.append(per_time)
+    figure = FigureData(
+        color=sim.xi if sim.xi.ndim == 1 else sim.xi[:, 0],
+        states={label: (xs[k, 0], us[k, 0] if gauged else None) for label, k in indices.items()},
+        series={"t": ts, "energy": energies[:, 0], "mean_cosine": mean_cos[:, 0],
+                "gauge_mean_cosine": gauge_mean_cos[:, 0]},
+        seed_series={"energy": energies.T},
+        beta=float(sim.kernel.profile.beta),
+    )  # fmt: skip
+    if "gauge_n_clusters" in experiment.series_metrics:
+        # A cluster count costs O(n²) in NumPy per snapshot: at most SERIES_POINTS of them per seed.
+        stride = max(1, -(-(len(ts) - 1) // SERIES_POINTS))
+        picked = np.unique(np.r_[np.arange(0, len(ts), stride), len(ts) - 1])
+        counts = [[metrics.n_clusters(us[k, b], theta_c=THETA_C) for k in picked] for b in range(len(seeds))]
+        figure.series["gauge_n_clusters_t"] = ts[picked]
+        figure.seed_series["gauge_n_clusters"] = np.asarray(counts)
+    return values, figure
+
+
+def trajectory_states(trajectory, t_end: float) -> dict[str, np.ndarray]:
+    """States at τ = 0, 20 and the end from a realisation's trajectory (a Trajectory or (T, n, d))."""
+    xs = np.asarray(getattr(trajectory, "xs", trajectory))
+    if xs.ndim != 3:
+        return {}
+    ts = np.asarray(getattr(trajectory, "ts", np.linspace(0.0, t_end, len(xs))))
+    return {label: xs[k] for label, k in _time_indices(ts, (0.0, 20.0)).items()}
+
+
+def householder_frame(x: np.ndarray, targets: np.ndarray, v0: np.ndarray) -> np.ndarray | None:
+    """``u_i = Q_i x_i`` with ``Q_i = I − 2wwᵀ/|w|²``, ``w = g_i − v_0`` (the realisation gauge), if it
+    fits."""
+    w = targets - v0
+    norms = np.sum(w * w, axis=1, keepdims=True)
+    safe = np.where(norms > 0, norms, 1.0)
+    reflect = lambda y: y - 2.0 * w * np.sum(w * y, axis=1, keepdims=True) / safe  # noqa: E731
+    return reflect(x) if np.allclose(reflect(targets), v0, atol=1e-9) else None
+
+
+def orbit_frame(x: np.ndarray, alpha: np.ndarray, final: np.ndarray) -> np.ndarray | None:
+    """``u_i = R_z(−α_i) x_i`` (the orbit construction: ``x_i = R(α_i)ᵀu*`` sits at azimuth
+    ``az(u*) + α_i``), kept only if it is the gauge frame of this run: the final state collapses in it."""
+    rotate = lambda y, a: np.stack(  # noqa: E731
+        [np.cos(a) * y[:, 0] + np.sin(a) * y[:, 1], -np.sin(a) * y[:, 0] + np.cos(a) * y[:, 1], y[:, 2]],
+        axis=1,
+    )
+    return rotate(x, alpha) if float(metrics.mean_cosine(rotate(final, alpha))) > COLLAPSE_THRESHOLD else None

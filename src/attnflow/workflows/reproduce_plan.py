@@ -1,0 +1,107 @@
+"""Planning a reproduce run: one job per (experiment, variant, n), the command-line parsers.
+
+A :class:`Job` is one batch of seeds of an experiment's variant at one size; :func:`plan` lists
+them (checking that every metric an experiment names is measured, :data:`attnflow.io.outcomes.METRICS`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Sequence
+
+from attnflow.io.outcomes import METRICS
+from attnflow.numerics.solve import snapshot_count
+from attnflow.workflows.experiments import Experiment, Variant, experiment_ids
+
+__all__ = ["Job", "parse_only", "parse_sizes", "plan"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One batch of seeds: an experiment's variant at one size."""
+
+    experiment: Experiment
+    variant: Variant
+    n: int
+    seeds: tuple[int, ...]
+    quick: bool
+
+    @property
+    def label(self) -> str:
+        return " ".join(part for part in (self.experiment.id, self.variant.label) if part)
+
+    def cost(self) -> float:
+        """Relative run time, ``steps · seeds · n²`` (the interaction is ``O(n²)`` per step)."""
+        if self.experiment.kind == "simulate":
+            solver = self.experiment.simulation_config(self.variant, self.n, quick=self.quick).solver
+            t_end, dt = solver.t_end, solver.dt
+        else:
+            p = self.experiment.realize_parameters(quick=self.quick)
+            t_end, dt = p.get("t_end", 40.0), p.get("dt", 0.01)
+        return t_end / dt * len(self.seeds) * self.n**2
+
+    def units(self) -> int:
+        """Progress units: snapshots of a simulation, or seeds of a realisation."""
+        if self.experiment.kind != "simulate":
+            return len(self.seeds)
+        solver = self.experiment.simulation_config(self.variant, self.n, quick=self.quick).solver
+        return snapshot_count(solver.t_end, solver.save_every)
+
+
+def parse_only(only: str | None) -> list[str] | None:
+    """``"E1,E3"`` → ``["E1", "E3"]``, checked against the packaged experiments."""
+    if only is None:
+        return None
+    ids, wanted = experiment_ids(), [part.strip() for part in only.split(",") if part.strip()]
+    for item in wanted or [only]:
+        if item not in ids:
+            close = difflib.get_close_matches(item, ids, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ValueError(
+                f"reproduce: `--only` must be a comma-separated list of experiment ids "
+                f"({', '.join(ids)}); got {item!r}.{hint}"
+            )
+    return wanted
+
+
+def parse_sizes(sizes: str | None) -> list[int] | None:
+    """``"32,64"`` → ``[32, 64]`` (the hidden testing option ``--sizes``)."""
+    if sizes is None:
+        return None
+    try:
+        values = [int(part) for part in sizes.split(",") if part.strip()]
+    except ValueError:
+        values = []
+    if not values or any(n < 2 for n in values):
+        raise ValueError(f"reproduce: `--sizes` must be comma-separated token counts >= 2; got {sizes!r}.")
+    return values
+
+
+def plan(
+    experiments: Sequence[Experiment],
+    *,
+    quick: bool = False,
+    sizes: Sequence[int] | None = None,
+    n_seeds: int | None = None,
+) -> list[Job]:
+    """One job per (experiment, variant, n). ``sizes``/``n_seeds`` override the files (testing)."""
+    if sizes is not None and (not sizes or any(int(n) < 2 for n in sizes)):
+        raise ValueError(f"reproduce: `--sizes` must be token counts >= 2; got {list(sizes)!r}.")
+    if n_seeds is not None and n_seeds < 1:
+        raise ValueError(f"reproduce: `--seeds` must be a positive number of seeds; got {n_seeds!r}.")
+    jobs = []
+    for experiment in experiments:
+        named = [e.metric for e in experiment.expect] + [
+            e.bound_metric for e in experiment.expect if e.bound_metric
+        ]
+        unknown = [m for m in (*named, *experiment.report_metrics) if m not in METRICS]
+        if unknown:
+            raise ValueError(f"{experiment.source}: `expect.metric` and `report_metrics` must name values of "
+                             f"{sorted(METRICS)}; got {unknown[0]!r}.")  # fmt: skip
+        chosen = experiment.quick if quick else experiment
+        seeds = tuple(chosen.seeds)[:n_seeds] if n_seeds is not None else tuple(chosen.seeds)
+        for n in tuple(sizes) if sizes is not None else chosen.sizes:
+            for variant in experiment.variants:
+                jobs.append(Job(experiment, variant, int(n), seeds, quick))
+    return jobs

@@ -1,0 +1,207 @@
+"""Sweep grids: parse ``--grid`` options and validate every point (pure: nothing runs or is written).
+
+A sweep is a base config and a grid: one or more axes ``section.key = v1, v2, ...``; the points
+are the Cartesian product (the first axis varies slowest)::
+
+    axes = [parse_grid("model.beta=1,2,4"), parse_grid("init.seed=0,1")]
+    plan = plan_sweep(load_config("base.toml"), axes)   # 6 validated points, or a ConfigError
+
+Grid syntax (``--grid``): ``section.key=v1,v2,...``. The values are split on the commas that lie
+outside brackets and quotes, and each one is read like a ``--set`` value (a TOML value when it
+parses as one, else a bare string) and validated with the field's type, so lists are written in
+brackets: ``--grid 'gauge.frequencies=[1.0],[0.5,0.25]'`` is two points. A point is known by its
+config hash (:func:`attnflow.io.config.config_hash`), which names its run folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+from collections.abc import Mapping, Sequence
+from copy import deepcopy
+from pathlib import Path
+from typing import Any
+
+from attnflow.io.config import (
+    Config,
+    ConfigError,
+    apply_overrides,
+    config_from_dict,
+    config_hash,
+    resolved_dict,
+)
+
+__all__ = ["GridAxis", "SweepPlan", "SweepPoint", "parse_grid", "plan_sweep", "split_values"]
+
+GRID = "--grid"
+
+
+@dataclasses.dataclass(frozen=True)
+class GridAxis:
+    """One axis of a grid: a dotted config key and its values (Python values, as TOML reads them)."""
+
+    key: str
+    values: tuple[Any, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepPoint:
+    """One point: its validated config, the config hash (its folder name) and its grid values."""
+
+    hash: str
+    values: dict[str, Any]
+    config: Config
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepPlan:
+    """A validated sweep: the base config, the axes and the points, in grid order."""
+
+    base: Config
+    axes: tuple[GridAxis, ...]
+    points: tuple[SweepPoint, ...]
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(axis.key for axis in self.axes)
+
+
+def _grid_error(key: str | None, constraint: str, value: Any, hint: str = "") -> ConfigError:
+    return ConfigError.from_parts(key, constraint, value, hint=hint, where=GRID)
+
+
+_FORMAT = "given as section.key=v1,v2,... (comma-separated values)"
+_EXAMPLE = "For example: --grid model.beta=0.5,1,2 or --grid 'gauge.frequencies=[1.0],[0.5,0.25]'."
+_CLOSING = {"[": "]", "{": "}"}
+
+
+def split_values(text: str) -> list[str]:
+    """Split ``text`` on the commas outside brackets (``[]``, ``{}``) and quotes; strip each item.
+
+    ``"1,2"`` → ``["1", "2"]``; ``"[1.0],[0.5, 0.25]"`` → ``["[1.0]", "[0.5, 0.25]"]``;
+    ``'"a,b",c'`` → ``['"a,b"', "c"]``. Unbalanced brackets or quotes raise a ConfigError.
+    """
+    items, current, stack, quote = [], [], [], None
+    for char in text:
+        if quote is not None:
+            quote = None if char == quote else quote
+        elif char in "\"'":
+            quote = char
+        elif char in _CLOSING:
+            stack.append(_CLOSING[char])
+        elif char in "]}":
+            if not stack or stack.pop() != char:
+                raise _grid_error(None, "a list of values with balanced brackets", text, hint=_EXAMPLE)
+        elif char == "," and not stack:
+            items.append("".join(current).strip())
+            current = []
+            continue
+        current.append(char)
+    if stack or quote is not None:
+        raise _grid_error(None, "a list of values with balanced brackets and quotes", text, hint=_EXAMPLE)
+    items.append("".join(current).strip())
+    return items
+
+
+def parse_grid(spec: str) -> GridAxis:
+    """Parse one ``--grid`` option, ``section.key=v1,v2,...``, into a :class:`GridAxis`.
+
+    Each value is read like a ``--set`` value (TOML, else a bare string). The key must exist; the
+    values are checked against the field's type by :func:`plan_sweep`. Errors are ConfigErrors
+    whose message starts with ``--grid:`` and names the key, the rule and the value.
+    """
+    key, sep, text = spec.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise _grid_error(key or None, _FORMAT, spec, hint=_EXAMPLE)
+    if not text.strip():
+        raise _grid_error(key, "a non-empty, comma-separated list of values", text, hint=_EXAMPLE)
+    texts = split_values(text)
+    if any(not item for item in texts):
+        raise _grid_error(
+            key, "a comma-separated list of values with no empty entry", text, hint="Remove the extra comma."
+        )
+    values = []
+    for item in texts:
+        parsed = apply_overrides({}, [f"{key}={item}"], where=GRID)  # checks the key exists
+        section, name = key.split(".")
+        values.append(parsed[section][name])
+    for i, value in enumerate(values):
+        if any(_same(value, other) for other in values[:i]):
+            raise _grid_error(key, "a list of distinct values", text, hint=f"{texts[i]!r} is repeated.")
+    return GridAxis(key=key, values=tuple(values))
+
+
+def _same(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and a == b or (_is_number(a) and _is_number(b) and a == b)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _with_values(base: Mapping[str, Any], assignment: Mapping[str, Any]) -> dict[str, Any]:
+    data = deepcopy(dict(base))
+    for key, value in assignment.items():
+        section, name = key.split(".")
+        if name == "path" and isinstance(value, str) and value:
+            value = str((Path.cwd() / Path(value).expanduser()).resolve())  # like --set
+        data[section] = {**data.get(section, {}), name: value}
+    return data
+
+
+def _describe(assignment: Mapping[str, Any]) -> str:
+    return ", ".join(f"{key}={json.dumps(value)}" for key, value in assignment.items())
+
+
+def _validate(base: Mapping[str, Any], assignment: Mapping[str, Any]) -> Config:
+    try:
+        return config_from_dict(_with_values(base, assignment), where=GRID)
+    except ConfigError as error:
+        if len(assignment) == 1 and error.key in assignment:
+            raise  # the message already names this key and its value
+        where = f"At grid point {_describe(assignment)}."
+        if error.constraint is None:
+            raise ConfigError(f"{error} {where}") from None
+        hint = f"{error.hint} {where}".strip()
+        raise _grid_error(error.key, error.constraint, error.value, hint=hint) from None
+
+
+def plan_sweep(base: Config, axes: Sequence[GridAxis]) -> SweepPlan:
+    """Validate every point of the grid ``axes`` over ``base`` (pure: nothing runs or is written).
+
+    Each value is first checked alone (so an error names the axis and the value), then every
+    combination (rules that tie keys together). Raises ConfigError (``--grid: ...``).
+    """
+    axes = tuple(axes)
+    if not axes:
+        raise _grid_error(None, "at least one axis (--grid section.key=v1,v2,...)", [], hint=_EXAMPLE)
+    seen: set[str] = set()
+    for axis in axes:
+        if axis.key in seen:
+            raise _grid_error(axis.key, "given in one --grid option only", axis.key, hint="Merge the values.")
+        seen.add(axis.key)
+        if not axis.values:
+            raise _grid_error(axis.key, "a non-empty list of values", [], hint=_EXAMPLE)
+    data = resolved_dict(base)
+    for axis in axes:
+        for value in axis.values:
+            _validate(data, {axis.key: value})
+    points, hashes = [], {}
+    for combination in itertools.product(*(axis.values for axis in axes)):
+        assignment = dict(zip((axis.key for axis in axes), combination, strict=True))
+        config = _validate(data, assignment)
+        digest = config_hash(config)
+        if digest in hashes:
+            raise _grid_error(
+                None,
+                "a grid of distinct configurations",
+                _describe(assignment),
+                hint=f"It resolves to the same config as {_describe(hashes[digest])} (hash {digest}).",
+            )
+        hashes[digest] = assignment
+        resolved = resolved_dict(config)
+        values = {key: resolved[key.split(".")[0]][key.split(".")[1]] for key in assignment}
+        points.append(SweepPoint(hash=digest, values=values, config=config))
+    return SweepPlan(base=base, axes=axes, points=tuple(points))
