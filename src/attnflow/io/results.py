@@ -62,13 +62,17 @@ def write_results(rows: Sequence[Mapping[str, Any]], out_dir: str | os.PathLike)
     return paths
 
 
+class NotASweepError(FileNotFoundError, ValueError):
+    """The folder given is not a sweep folder (bad input: a ``ValueError``)."""
+
+
 def read_results(sweep_dir: str | os.PathLike) -> list[dict[str, Any]]:
     """The rows of ``sweep_dir/results.parquet`` as dicts."""
     import pyarrow.parquet as pq
 
     path = Path(sweep_dir) / RESULTS_PARQUET
     if not path.is_file():
-        raise FileNotFoundError(
+        raise NotASweepError(
             f"phase: `DIR` must be a sweep folder with {RESULTS_PARQUET}; got {str(sweep_dir)!r}."
         )
     return pq.read_table(path).to_pylist()
