@@ -1,6 +1,5 @@
 """``attnflow reproduce``: experiment files, the generic evaluator, the report and the command line."""
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -10,7 +9,7 @@ from typer.testing import CliRunner
 from attnflow.cli import app
 from attnflow.io.config import ConfigError
 from attnflow.io.outcomes import JobResult
-from attnflow.workflows import experiments, reproduce, reproduce_plan
+from attnflow.workflows import experiments, reproduce_plan
 from attnflow.workflows.experiments import (
     Experiment,
     evaluate,
@@ -126,14 +125,6 @@ def test_bound_metric_tolerance_none_and_skipped_jobs():
     assert skipped[0]["status"] == "SKIP"
 
 
-def test_realisation_experiments_skip_without_the_realize_module(monkeypatch):
-    monkeypatch.setattr(reproduce.importlib.util, "find_spec", lambda name: None)
-    (e7,) = load_experiments(["E7"])
-    job = reproduce_plan.plan([e7], quick=True)[0]
-    result = reproduce.run_job(job, lambda units: None)
-    assert result.status == "skipped" and "needs attnflow.workflows.realize" in result.reason
-
-
 # --------------------------------------------------------------------------- command line
 
 
@@ -168,8 +159,6 @@ def _assert_png(path: Path) -> None:
 
 
 def test_reproduce_quick_passes_every_expectation_and_writes_the_report(tmp_path):
-    # E7/E8 need attnflow.workflows.realize; without it they are reported as skipped, never as passed.
-    realize_missing = importlib.util.find_spec("attnflow.workflows.realize") is None
     out = tmp_path / "rep"
     result = invoke("reproduce", "--quick", "--out", str(out))
     assert result.exit_code == 0, result.output
@@ -179,18 +168,13 @@ def test_reproduce_quick_passes_every_expectation_and_writes_the_report(tmp_path
     for eid, experiment in data["experiments"].items():
         assert experiment["runs"], eid
         for run in experiment["runs"]:
-            if run["status"] == "skipped":
-                assert realize_missing and eid in ("E7", "E8"), (eid, run["reason"])
-                continue
             assert run["status"] == "ok", (eid, run["reason"])
             assert run["per_seed"] and all("final" in seed for seed in run["per_seed"])
         assert experiment["expectations"], eid
         for row in experiment["expectations"]:
-            if row["status"] == "SKIP" and realize_missing and eid in ("E7", "E8"):
-                continue
             assert row["measured"] is not None, (eid, row["text"])
             assert row["status"] == "PASS", (eid, row["text"], row["measured"])
-    figures = [f for f in FIGURES if not (realize_missing and f.startswith("realisation"))]
+    figures = FIGURES
     for name in figures:
         _assert_png(out / "figures" / f"{name}.png")
     page = (out / "report.html").read_text()

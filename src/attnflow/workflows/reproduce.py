@@ -14,7 +14,7 @@ value an expectation can name (:mod:`attnflow.workflows.reproduce_measure`,
   small simulation on one core, and threads in one process only contend. Those processes run
   their batches themselves (``ATTNFLOW_CORES=1``: no ``attnflow.numerics.workers`` of their own).
 - Realisation experiments (``kind = "realize_orbit" | "realize_sphere"``) call
-  :mod:`attnflow.workflows.realize` once per seed; without that module they are reported as skipped.
+  :mod:`attnflow.workflows.realize` once per seed.
 - The analytic factors are evaluated once as a matrix for the dense interaction
   (:func:`_with_factor_matrix`, the factor's ``tabulated``): same values, a cheaper step.
 """
@@ -22,8 +22,6 @@ value an expectation can name (:mod:`attnflow.workflows.reproduce_measure`,
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import importlib.util
 import multiprocessing
 import time
 from collections.abc import Callable, Sequence
@@ -42,6 +40,7 @@ from attnflow.numerics import lanes
 from attnflow.numerics.dynamics import make_vector_field
 from attnflow.numerics.solve import solve
 from attnflow.numerics.workers import one_core_per_process
+from attnflow.workflows import realize
 from attnflow.workflows.build import Simulation, build, make_initial
 from attnflow.workflows.experiments import evaluate, load_experiments
 from attnflow.workflows.reproduce_measure import (
@@ -117,11 +116,6 @@ def _simulate(job: Job, tick: Tick) -> JobResult:
 
 
 def _realize(job: Job, tick: Tick) -> JobResult:
-    if importlib.util.find_spec("attnflow.workflows.realize") is None:
-        tick(job.units())
-        return JobResult(job.experiment.id, job.variant.name, job.label, job.n, job.seeds, "skipped",
-                         "needs attnflow.workflows.realize (not available yet)")  # fmt: skip
-    realize = importlib.import_module("attnflow.workflows.realize")
     p = job.experiment.realize_parameters(quick=job.quick)
     n, start, values, figure = job.n, time.perf_counter(), [], FigureData(beta=float(p.get("beta", 1.0)))
     common = {key: p[key] for key in ("beta", "t_end", "dt", "save_every") if key in p}
