@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 from attnflow.cli import app
 from attnflow.io.config import ConfigError
 from attnflow.io.outcomes import JobResult
+from attnflow.viz import expectation_table
 from attnflow.workflows import experiments, reproduce_plan
 from attnflow.workflows.experiments import (
     Experiment,
@@ -181,3 +182,35 @@ def test_reproduce_quick_passes_every_expectation_and_writes_the_report(tmp_path
     assert page.count('src="data:image/png;base64,') == len(data["figures"]) >= len(figures)
     assert "<script" not in page and "http://" not in page and "https://" not in page  # self-contained
     assert "## E5" in (out / "report.md").read_text()
+    table = (out / "table.md").read_text()  # every row of results.json, grouped by variant
+    rows = [(e, r["index"], r["variant"]) for e, x in data["experiments"].items() for r in x["expectations"]]
+    assert table.count("\n| E") == len(set(rows))
+
+
+# --------------------------------------------------------------------------- the generated table
+
+
+def test_the_expectation_table_has_every_row_and_the_readme_block_is_replaced():
+    below = {"text": "below | one", "metric": "mean_cosine", "op": "<=", "bound": 1.0}
+    some = {"text": "some size", "metric": "mean_cosine", "op": ">=", "bound": 0.4, "across": "some size"}
+    experiment = _experiment(expect=[below, some], variants=[{"name": "a"}, {"name": "b"}])
+    jobs = [_job(n, [0.5, 2.0] if v == "b" else [0.5, 0.95], variant=v) for n in (8, 16) for v in "ab"]
+    rows = evaluate(experiment, jobs)
+    counts = {s: sum(r["status"] == s for r in rows) for s in ("PASS", "FAIL", "SKIP")}
+    results = {"experiments": {"X": {"expectations": rows}}, "counts": counts, "quick": True,
+               "attnflow_version": "0", "wall_time_s": 1.5}  # fmt: skip
+    lines = expectation_table.table_rows(results)
+    # one line per (expectation, variant); the sizes side by side; the worst status wins
+    assert [(line[1], line[4]) for line in lines] == [
+        ("a: below | one", "PASS"), ("b: below | one", "FAIL"),
+        ("a: some size", "PASS"), ("b: some size", "PASS"),
+    ]  # fmt: skip
+    assert lines[1][3] == "n=8: 2 (failing seeds [1]) / n=16: 2 (failing seeds [1])"
+    table = expectation_table.markdown_table(results)
+    assert table.count("\n| X |") == 4 and "below \\| one" in table
+    readme = f"intro\n{expectation_table.START}\nold\n{expectation_table.END}\nafter\n"
+    new = expectation_table.replace_block(readme, table)
+    assert new.startswith("intro\n") and new.endswith(f"{expectation_table.END}\nafter\n")
+    assert "old" not in new and table in new
+    with pytest.raises(ValueError, match="must hold <!-- reproduce-table -->"):
+        expectation_table.replace_block("no markers", table)

@@ -36,57 +36,7 @@ from attnflow.io.atomic import write_json, write_text
 from attnflow.io.outcomes import METRICS, JobResult, Outcome, time_label
 from attnflow.io.version import __version__
 from attnflow.viz import plotting
-
-OP_TEXT = {"<": "<", "<=": "≤", ">": ">", ">=": "≥", "==": "=", "~=": "≈", "in": "in"}
-
-
-# --------------------------------------------------------------------------- formatting
-
-
-def fmt(value: Any) -> str:
-    """A short human form of a measured value."""
-    if value is None:
-        return "n/a"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, dict):
-        return ", ".join(f"n={k}: {fmt(v)}" for k, v in value.items())
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(fmt(v) for v in value) + "]"
-    return str(value)
-
-
-def bound_text(row: dict[str, Any]) -> str:
-    """``≤ 0.0001``, ``median in [5, 11]``, ``≥ 2 for ≥ 2 seeds``, ``≤ ks_bound + 1e-06``, ..."""
-    op, bound, tol = OP_TEXT[row["op"]], row["bound"], row["tol"]
-    text = f"{op} {fmt(bound)}"
-    if row["op"] == "~=" and tol:
-        text += f" ± {tol:g}"
-    elif isinstance(bound, str) and tol:
-        text += f" + {tol:g}"
-    if row["scope"] == "count":
-        return f"{text} for ≥ {row['min_count']} seeds"
-    return text if row["scope"] == "every seed" else f"{row['scope']} {text}"
-
-
-def measured_text(row: dict[str, Any]) -> str:
-    value = fmt(row["measured"])
-    if row["scope"] == "every seed" and row["op"] == "~=":
-        value = f"max |value − {fmt(row['bound'])}| = {value}"
-    elif row["scope"] == "every seed" and isinstance(row["bound"], str) and row["op"] in ("<", "<="):
-        value = f"max(value − {row['bound']}) = {value}"
-    if row["scope"] == "count":
-        value = f"{value} seeds" if not isinstance(row["measured"], dict) else value
-    if row.get("failing_seeds"):
-        value += f" (failing seeds {row['failing_seeds']})"
-    if row.get("note"):
-        value += f" — {row['note']}"
-    return value
-
+from attnflow.viz.expectation_table import bound_text, fmt, measured_text, write_table
 
 # --------------------------------------------------------------------------- results.json
 
@@ -449,11 +399,14 @@ def _html(blocks: list[tuple[str, Any]]) -> str:
 
 
 def write_report(out_dir: Path, outcome: Outcome) -> list[Path]:
-    """Write figures, ``results.json``, ``report.md`` and ``report.html`` into ``out_dir``."""
+    """Write figures, ``results.json``, ``table.md`` (every expectation row), ``report.md`` and
+    ``report.html`` into ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     figures = write_figures(out_dir, outcome)
-    write_json(out_dir / "results.json", results_dict(outcome, figures), indent=1)
+    results = results_dict(outcome, figures)
+    write_json(out_dir / "results.json", results, indent=1)
+    table = write_table(out_dir, results)
     blocks = _blocks(outcome, figures)
     write_text(out_dir / "report.md", _markdown(blocks, out_dir))
     write_text(out_dir / "report.html", _html(blocks))
-    return [out_dir / "results.json", out_dir / "report.md", out_dir / "report.html", *figures]
+    return [out_dir / "results.json", table, out_dir / "report.md", out_dir / "report.html", *figures]
