@@ -264,6 +264,38 @@ def phase(
     stdout.print(str(path))
 
 
+@app.command()
+def landscape(
+    config: Annotated[
+        Path, typer.Argument(help="TOML config file (its kernel; its solver flows the starts).")
+    ],
+    out: Annotated[Path, typer.Option(help="Folder: states.csv, states.npz, landscape.json (+ branches).")],
+    set_: Annotated[list[str], typer.Option("--set", help="Override, e.g. model.beta=3.")] = [],  # noqa: B006
+    starts: Annotated[int, typer.Option(min=0, help="Random starts besides the closed-form candidates.")] = 8,
+    continue_: Annotated[
+        str | None, typer.Option("--continue", help="Follow every state in a parameter: beta=0.5:5:0.1.")
+    ] = None,
+) -> None:
+    """Find the stationary states of the energy (Newton), their Morse index (Lanczos), branches."""
+    from attnflow.io.config import load_config
+    from attnflow.workflows.landscape import parse_continuation, run_landscape
+
+    with user_errors():
+        cfg = load_config(config, set_)
+        continuation = None if continue_ is None else parse_continuation(continue_)
+        check_out_folder(out)
+        result = run_landscape(cfg, out, starts=starts, continuation=continuation)
+    best = result.states[0] if result.states else None
+    rows = {"states": len(result.states), "starts": len(result.starts)}
+    if best is not None:
+        rows.update(best_energy=best.energy, best_index=best.morse_index, best_shape=best.shape)
+    rows.update(
+        {f"transition {t['branch']}": t[continuation.key] for t in result.transitions} if continue_ else {}
+    )
+    rows.update(folder=str(out))
+    print_summary(f"attnflow landscape {config.name}", rows)
+
+
 def main() -> None:
     app()
 

@@ -21,6 +21,15 @@ Arcs: the azimuths of the points in the best plane (the two leading right singul
 separates arcs, and a run of points between two wide gaps is an arc when it holds at least 10% of
 the tokens (smaller runs are stray points and are not counted). ``n_arcs`` is 0 for a closed ring.
 
+The classes name shapes, not optimality. In D3 (``w = cos 2π(ξ−ζ)``, ``ξ_i = i/n``, exp profile,
+n = 64; measured with ``attnflow.analysis.landscape``): ``"great_circle"`` is a local maximum only
+below β_c ≈ 1.545 (above, a saddle whose Morse index grows with β: 9 at β = 3); ``"arc"`` holds the
+strict local maxima modulo rotations that the dynamics reach for β ≥ 1.75 - the clean arc (tokens
+in label order) has the highest energy found at every β in [1.75, 4] (β = 3: 0.758807), and arcs
+with a few tokens on the wrong side of the gap are lower local maxima (β = 3: 0.754939, 0.731142);
+``"antipodal_arcs"`` are lower still (β = 3: a local maximum at 0.748020, a saddle of index 1 at
+0.737988), whatever the crossing β* ≈ 2.7455 of the circle and antipodal-pair energies suggests.
+
 These are tolerances for a state *at the end of a run*: a run too short to converge is classified
 by where it is (the great circle of the paper's E5 needs τ = 100 at β = 1.5, n = 64: ``|m|`` is still 0.09
 at τ = 20 on some seeds).

@@ -14,8 +14,12 @@ Energy bounds
       ``tr(WG) ≤ λ_max tr(G) = λ_max n`` for the Gram matrix ``G`` of ``u``; attained when the top
       eigenspace (dimension ``k ≤ d``) carries an equal-norm tight frame: its projector has constant
       diagonal ``k/n`` (full-period Toeplitz cosine: the uniform great circle, :func:`great_circle`);
-    - otherwise ``None`` (e.g. D3: exponential profile with a sign-changing factor, whose maximiser
-      changes with β; :func:`circle_energy`, :func:`antipodal_energy`, :func:`d3_crossing`).
+    - otherwise ``None`` (e.g. D3: exponential profile with a sign-changing factor;
+      :func:`circle_energy`, :func:`antipodal_energy`, :func:`d3_crossing`). In D3 the crossing β* of
+      the circle and antipodal-pair energies is *not* a change of maximiser: neither candidate is a
+      local maximum there (the circle stops being one at β_c ≈ 1.545 for n = 64), and the highest
+      state found for β in [1.75, 4] is one arc of a great circle, a strict local maximum
+      modulo rotations; no global maximiser is proven.
 
 Maximiser sets
     :func:`orbit_configuration` (``Q(ξ_i)ᵀ v`` for any gauge), :func:`latitude_circle` (the RoPE
@@ -29,9 +33,11 @@ Spectral criterion (the dichotomy D1 / D2)
 Certificates
     :func:`certify` checks a claimed maximiser instead of trusting it: energy, energy gap, the norm
     of the Riemannian gradient ``P_x ∇E`` and the spectrum of the Riemannian Hessian on
-    ``⊕_i T_{x_i}S^{d−1}`` (autodiff). A maximiser has gradient 0 and Hessian ``≤ 0``, with zero
-    modes from the global symmetry (rotations of the gauge frame), so its top eigenvalue is ``≈ 0``,
-    not ``< 0``.
+    ``⊕_i T_{x_i}S^{d−1}`` (autodiff, dense: small ``n``). A local maximiser has gradient 0 and
+    Hessian ``≤ 0``, with zero modes from the global symmetry (rotations of the gauge frame), so its
+    top eigenvalue is ``≈ 0``, not ``< 0`` (:meth:`Certificate.is_local_maximiser`); a global one is
+    claimed only against a closed-form bound (:meth:`Certificate.is_global_maximiser`). The
+    matrix-free version for large ``n`` is ``attnflow.analysis.landscape``.
 """
 
 from __future__ import annotations
@@ -210,6 +216,23 @@ def great_circle(xi, omega: float, d: int = 3) -> np.ndarray:
     return x
 
 
+def antipodal_pair(xi, omega: float, d: int = 3) -> np.ndarray:
+    """``x_i = sign(cos ωξ_i) e_1``: the two antipodal Diracs of :func:`antipodal_energy` (a
+    stationary state of every kernel: all points on one line)."""
+    x = great_circle(xi, omega, d)
+    return np.where(x[:, :1] >= 0, 1.0, -1.0) * np.eye(d)[0]
+
+
+def great_circle_arc(xi, omega: float, fraction: float, d: int = 3) -> np.ndarray:
+    """``x_i = (cos fωξ_i, sin fωξ_i, 0, …)``: the great circle compressed onto an arc of ``f·2π``
+    in label order (``0 < f <= 1``). Not stationary; with ``w = cos ω(ξ−ζ)`` and the exp profile,
+    Newton from ``f`` in ``[0.5, 0.7]`` converges to the single arc of D3 (module doc of
+    ``attnflow.analysis.landscape``)."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"great_circle_arc: `fraction` must be in (0, 1]; got {fraction!r}.")
+    return great_circle(xi, fraction * omega, d)
+
+
 def circle_energy(beta, *, c: float = 1.0):
     """``E(uniform great circle) = c I_1(β)/(2β)`` for ``w = cos 2π(ξ−ζ)``, exp profile (continuum).
 
@@ -303,9 +326,25 @@ class Certificate:
     hessian_top: float  # largest eigenvalue of the Riemannian Hessian on ⊕ T_{x_i}S
     hessian_eigenvalues: np.ndarray  # all of them, ascending (n(d−1),)
 
-    def is_maximiser(self, *, gradient_tol: float = 1e-10, hessian_tol: float = 1e-8) -> bool:
-        """Critical (gradient ≤ ``gradient_tol``) with no ascent direction (Hessian ≤ ``hessian_tol``)."""
+    def is_local_maximiser(self, *, gradient_tol: float = 1e-10, hessian_tol: float = 1e-8) -> bool:
+        """A second-order critical point: gradient ≤ ``gradient_tol`` and no Hessian eigenvalue above
+        ``hessian_tol`` (no ascent direction to second order).
+
+        A local statement only: at β = 2 (D3, n = 64) both the clean arc (E = 0.411211) and the arc
+        with token 1 on the far side of its gap (E = 0.409138) pass. The rotation zero modes keep
+        ``hessian_top`` at ``≈ 0``; a *strict* local maximum modulo rotations is read from the
+        spectrum with those modes removed (``attnflow.analysis.landscape.hessian_spectrum``).
+        """
         return self.gradient_norm <= gradient_tol and self.hessian_top <= hessian_tol
+
+    def is_global_maximiser(self, *, gap_tol: float = 1e-9) -> bool:
+        """Proven global maximiser: a closed-form bound ``E_max`` is known (:func:`energy_max`) and
+        ``E`` is within ``gap_tol`` of it (relative gap ``(E_max − E)/E_max ≤ gap_tol``).
+
+        ``False`` means "not proven", including every kernel without a bound (e.g. D3, where the
+        best state known is found numerically, never proven).
+        """
+        return self.energy_gap is not None and self.energy_gap <= gap_tol
 
 
 def tangent_bases(x: jax.Array) -> jax.Array:
@@ -376,6 +415,7 @@ __all__ = [
     "LatitudeCircle",
     "SpectralCriterion",
     "antipodal_energy",
+    "antipodal_pair",
     "certify",
     "circle_energy",
     "d3_crossing",
@@ -383,6 +423,7 @@ __all__ = [
     "energy_max",
     "leading_eigenspace",
     "great_circle",
+    "great_circle_arc",
     "latitude_circle",
     "orbit_configuration",
     "prompt_clusters",

@@ -6,7 +6,7 @@ and returns them as a ``Simulation``. Everything downstream receives arrays and 
 
 Input read from files (labels, gauges, factors, initial data) is checked here and rejected with a
 ``ConfigError`` naming the key: wrong shape, non-finite values, non-orthogonal gauges,
-non-symmetric factors.
+non-symmetric factors, and (for a causal run) positions that are not in token order.
 """
 
 from __future__ import annotations
@@ -104,7 +104,29 @@ def make_labels(config: Config) -> np.ndarray:
     xi = _load_array("aux.path", aux.path)
     if xi.shape[0] != n:
         raise _fail("aux.path", f"labels for n = {n} tokens, shape (n,) or (n, k)", f"shape {xi.shape}")
+    if config.model.causal:
+        check_causal_order(xi)
     return xi
+
+
+def check_causal_order(xi: np.ndarray) -> None:
+    """A causal run lets token ``i`` see the tokens ``j <= i``: token order must be position order.
+
+    Scalar labels read from a file (``aux.path``, shape ``(n,)``) are positions and must be
+    non-decreasing in token order; otherwise the mask would follow the file's order, not the
+    positions (generated positions are increasing by construction).
+    """
+    if xi.ndim != 1:  # vector labels carry no order of their own: the mask is the token order
+        return
+    down = np.flatnonzero(np.diff(xi) < 0)
+    if down.size:
+        i = int(down[0])
+        raise ConfigError.from_parts(
+            "aux.path",
+            "non-decreasing in token order with model.causal = true (token i sees the tokens j <= i)",
+            f"xi[{i}] = {xi[i]:g} > xi[{i + 1}] = {xi[i + 1]:g}",
+            hint="Sort the tokens by position (and reorder any per-token input the same way).",
+        )
 
 
 def _scalar_labels(xi: np.ndarray, key: str) -> np.ndarray:
