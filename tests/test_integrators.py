@@ -366,7 +366,7 @@ def test_batched_equals_single(method):
     assert batch.status == "ok" and batch.xs.shape == (3, b, n, 3)
     for s in range(b):
         single = solve(field, x0[s], **opts)
-        # on a CPU every run of a batch is the unbatched program (lanes.batch_on_devices), with
+        # on a CPU every run of a batch is the unbatched program (lax.map over the runs), with
         # its own adaptive step sequence: bitwise equal
         np.testing.assert_array_equal(batch.xs[:, s], single.xs)
 

@@ -1,7 +1,7 @@
 """Work split into a fixed number of lanes, spread over the CPU cores that JAX exposes as devices.
 
 XLA parallelises each operation of a tiled evaluation over the cores; a 256 × 256 tile is too
-small for that to pay (measured, 2 cores: one core alone was faster). Coarse parallelism does pay:
+small for that to pay (``benchmarks/RESULTS.md``). Coarse parallelism does pay:
 the tile pairs are dealt round-robin into ``LANES`` lanes, each lane is a sequential ``lax.scan``
 with its own accumulator, and the lanes run on as many CPU devices as divide ``LANES``
 (``shard_map``); the partial sums are then added in lane order. The lane layout depends on
