@@ -192,6 +192,7 @@ _THREAD_SCRIPT = textwrap.dedent(
     import numpy as np
     import attnflow
     from attnflow.core import factors, gauges, sphere
+    from attnflow.core.kernel import Kernel, make_profile
     from attnflow.numerics import dynamics, integrators, lanes, summation
     from attnflow.numerics.solve import solve
     devices = int(sys.argv[2])

@@ -7,7 +7,7 @@ at multiples of ``save_every``. What a run is, is one picklable ``Problem``: the
 and the noise. ``advance(problem, carry, t_targets)`` is the pure core: it takes a run through a
 group of snapshot times (a ``lax.scan``), each chunk of steps by the policy, and returns the
 snapshots with one status code per snapshot (``attnflow.numerics.status``). A run whose status is
-no longer ``ok`` is frozen (``lax.cond``): its later chunks cost nothing.
+no longer ``ok`` is frozen (its carry kept; an adaptive loop does not start).
 
 The orchestration (``solve``): compile the core once per call, ahead of time (the snapshot times
 are a traced argument, so every call reuses the executable; ``Trajectory.compile_time_s``), call
@@ -118,26 +118,23 @@ Carry = tuple  # (x, key, step-policy state, status code)
 def advance(problem: Problem, carry: Carry, t_targets: jax.Array) -> tuple[Carry, tuple]:
     """The pure core: one run (unbatched) through the snapshot times ``t_targets (G,)``.
 
-    Returns the new carry and ``(xs (G, n, d), codes (G,), steps (G,))``. A chunk from a carry
-    whose status is not ``ok`` is skipped (the carry is kept, 0 steps)."""
+    Returns the new carry and ``(xs (G, n, d), codes (G,), steps (G,))``. A run whose status is
+    not ``ok`` keeps its carry (its adaptive loop does not start; fixed steps are computed and
+    discarded: a ``lax.cond`` here would change how XLA compiles the lanes, and with it the
+    last bit of results on several devices)."""
     options = dict(noise=problem.noise, save_every=problem.saveat.save_every)
 
     def chunk(carry, t_target):
         x, key, state, code = carry
-
-        def go(_):
-            x_new, key_new, state_new, steps, within = problem.stepsize.advance(
-                problem.method, problem.field, x, key, state, t_target, **options
-            )
-            finite = jnp.all(jnp.isfinite(x_new))
-            code_new = jnp.where(within, jnp.where(finite, _OK, _NONFINITE), _MAX_STEPS)
-            return (x_new, key_new, state_new, code_new.astype(jnp.int32)), steps.astype(jnp.int32)
-
-        def stay(_):
-            return (x, key, state, code), jnp.zeros((), jnp.int32)
-
-        carry, steps = jax.lax.cond(code == _OK, go, stay, None)
-        return carry, (carry[0], carry[3], steps)
+        active = code == _OK
+        x_new, key_new, state_new, steps, within = problem.stepsize.advance(
+            problem.method, problem.field, x, key, state, t_target, active=active, **options
+        )
+        finite = jnp.all(jnp.isfinite(x_new))
+        code_new = jnp.where(within, jnp.where(finite, _OK, _NONFINITE), _MAX_STEPS).astype(jnp.int32)
+        keep = lambda new, old: jnp.where(active, new, old)  # noqa: E731
+        carry = jax.tree.map(keep, (x_new, key_new, state_new, code_new), (x, key, state, code))
+        return carry, (carry[0], carry[3], jnp.where(active, steps, 0).astype(jnp.int32))
 
     return jax.lax.scan(chunk, carry, t_targets)
 

@@ -11,9 +11,10 @@ between snapshots (``init``):
   A step is shortened to land on the snapshot time and does not shrink the next one. The state
   carried is ``(h, t)``; at most ``max_steps`` trial steps per snapshot.
 
-``advance`` returns ``(x, key, state, steps, within)``: ``within`` is False when the policy ran out
-of steps. A non-finite error estimate stops the adaptive loop at once (the caller reads the state's
-finiteness and reports ``Status.nonfinite``).
+``advance`` (given ``active``, False for a run that has stopped) returns
+``(x, key, state, steps, within)``: ``within`` is False when the policy ran out of steps. A
+non-finite error estimate stops the adaptive loop at once (the caller reads the state's finiteness
+and reports ``Status.nonfinite``).
 
 Designed for a PI controller and dense output (a later policy): ``adapt`` takes the error and
 returns (accept, next step); a policy may carry more state (previous errors, the last slope).
@@ -89,8 +90,9 @@ class ConstantSteps:
     def init(self, dtype):  # noqa: ARG002
         return ()
 
-    def advance(self, method, field, x, key, state, t_target, *, noise: float, save_every: float):  # noqa: ARG002
-        """``save_every / dt`` steps (``t_target`` is implied by the count)."""
+    def advance(self, method, field, x, key, state, t_target, *, active, noise: float, save_every: float):  # noqa: ARG002
+        """``save_every / dt`` steps (``t_target`` is implied by the count; computed even when not
+        ``active``: the caller discards them)."""
         step = make_step(method, field, noise)
         count = self.steps_per_save(save_every)
 
@@ -150,12 +152,12 @@ class AdaptiveSteps:
         factor = self.safety * jnp.maximum(error_norm, 1e-10) ** (-1.0 / order)
         return error_norm <= 1.0, h * jnp.clip(factor, self.factor_min, self.factor_max)
 
-    def advance(self, method, field, x, key, state, t_target, *, noise: float, save_every: float):  # noqa: ARG002
-        """Trial steps until ``t_target`` (or ``max_steps`` of them)."""
+    def advance(self, method, field, x, key, state, t_target, *, active, noise: float, save_every: float):  # noqa: ARG002
+        """Trial steps until ``t_target`` (or ``max_steps`` of them); none unless ``active``."""
 
         def cond(loop):
             _, _, t, steps = loop
-            return (t < t_target * (1 - 1e-14)) & (steps < self.max_steps)
+            return active & (t < t_target * (1 - 1e-14)) & (steps < self.max_steps)
 
         def body(loop):
             x, h, t, steps = loop
