@@ -13,8 +13,9 @@ from scipy.integrate import solve_ivp
 from attnflow.core import gauges, sphere
 from attnflow.core.kernel import Kernel, make_profile
 from attnflow.numerics import dynamics, integrators
-from attnflow.numerics.integrators import RK4_TABLEAU, Tableau
-from attnflow.numerics.solve import snapshot_count, solve
+from attnflow.numerics.integrators import DOPRI5_TABLEAU, RK4_TABLEAU, Tableau
+from attnflow.numerics.solve import SaveAt, Status, snapshot_count, solve
+from attnflow.numerics.steps import AdaptiveSteps, ConstantSteps
 from helpers_core import (
     factor_distance_bias,
     factor_none,
@@ -28,7 +29,7 @@ from helpers_core import (
 class FakeRK4(integrators.RK4):
     """RK4 stages with the weights of Euler (b = (1, 0, 0, 0)): claims order 4, is order 1."""
 
-    tableau = Tableau(a=RK4_TABLEAU.a, b=(1.0, 0.0, 0.0, 0.0))
+    tableau = Tableau(a=RK4_TABLEAU.a, b=(1.0, 0.0, 0.0, 0.0), c=RK4_TABLEAU.c)
 
 
 def _field_rope_db(n=16, normalization="usa", causal=False):
@@ -53,7 +54,7 @@ def test_norms_stay_one(method):
     # every step ends with a normalisation (or the exact exp map): |x| = 1 to a few ulps, never drifting
     np.testing.assert_allclose(np.linalg.norm(traj.xs, axis=-1), 1.0, rtol=0, atol=1e-12)
     assert np.abs(traj.xs[-1] - traj.xs[0]).max() > 1e-2  # it moved
-    if not integ.adaptive:
+    if method != "adaptive":
         assert traj.steps == 40  # t_end / dt fixed steps, in four chunks of 10
 
 
@@ -135,6 +136,80 @@ def test_adaptive_error_scales_with_tolerance(order_problem):
         assert errs[-1] <= 100 * rtol, (rtol, errs[-1])
     # two decades of tolerance buy at least one decade of error (a 5th-order pair gives ~40×)
     assert errs[0] / errs[1] >= 10 and errs[1] / errs[2] >= 10, errs
+
+
+def _equiangular_problem(n=8, beta=1.0, rho0=0.1):
+    k = make_kernel(gauges.IdentityGauge(n=n, d=n), factor_none(n), beta=beta)
+    return dynamics.make_vector_field(k), sphere.equiangular(n, n, rho0)
+
+
+def _equiangular_rho(t_end, n=8, beta=1.0, rho0=0.1):
+    ode = solve_ivp(_rho_rate("usa", n, beta), (0.0, t_end), [rho0], method="DOP853", rtol=1e-13, atol=1e-14)
+    return ode.y[0, -1]
+
+
+def test_adaptive_method_measured_order_on_the_equiangular_closed_form():
+    """The Dormand–Prince method of ``Adaptive`` with fixed steps (``ConstantSteps``): its error in
+    the pairwise cosine against the closed-form ODE falls as h^5; under error control the same
+    error stays within 100 tol."""
+    n, t_end = 32, 1.0
+    field, x0 = _equiangular_problem(n=n, rho0=0.0)
+    rho = _equiangular_rho(t_end, n=n, rho0=0.0)
+    off = ~np.eye(n, dtype=bool)
+
+    def error(traj):
+        return abs((traj.xs[-1] @ traj.xs[-1].T)[off].mean() - rho)
+
+    hs = np.array([0.1, 0.05, 0.025])
+    errs = [
+        error(solve(field, x0, integrator=integrators.Adaptive(), stepsize=ConstantSteps(float(h)),
+                    saveat=SaveAt(t_end, t_end)))
+        for h in hs
+    ]  # fmt: skip
+    # the smallest error (measured 7.5e-13) stays >= 10x above the DOP853 reference's ~1e-14; at
+    # larger steps DOPRI5's small principal error constant lets higher-order terms show (slope > 5)
+    assert min(errs) > 1e-13, errs
+    slope = np.polyfit(np.log(hs), np.log(errs), 1)[0]
+    assert abs(slope - integrators.Adaptive.order) <= 0.3, (errs, slope)  # the band of the fixed-step methods
+    for tol in (1e-6, 1e-9):
+        traj = solve(field, x0, integrator=integrators.Adaptive(rtol=tol, atol=tol), dt=0.01, t_end=t_end,
+                     save_every=t_end)  # fmt: skip
+        # global error within 100 tol: local control at tol over a unit time
+        assert error(traj) <= 100 * tol, (tol, error(traj))
+
+
+def test_tableaus_validate_themselves():
+    assert DOPRI5_TABLEAU.c[-1] == 1.0 and RK4_TABLEAU.c == (0.0, 0.5, 0.5, 1.0)
+    with pytest.raises(
+        ValueError, match=r"^Tableau: row 2 of `a` must sum to its node c\[2\] = 0\.5; got 0\.6"
+    ):
+        Tableau(a=((), (0.5,), (0.1, 0.5), (0.0, 0.0, 1.0)), b=RK4_TABLEAU.b, c=RK4_TABLEAU.c)
+    with pytest.raises(ValueError, match=r"^Tableau: `b` must be 4 weights summing to 1; got .*\(sum 1\.1"):
+        Tableau(a=RK4_TABLEAU.a, b=(0.25, 0.25, 0.25, 0.35), c=RK4_TABLEAU.c)
+    with pytest.raises(ValueError, match=r"^Tableau: `a` must be strictly lower triangular \(row 1"):
+        Tableau(a=((), (0.25, 0.25)), b=(0.5, 0.5), c=(0.0, 0.5))
+    with pytest.raises(ValueError, match=r"^Tableau: `b` and `c` must have one entry per stage \(2\)"):
+        Tableau(a=((), (0.5,)), b=(0.0, 1.0), c=(0.0,))
+    with pytest.raises(ValueError, match=r"^Tableau: `b_error` must be 2 weights summing to 1"):
+        Tableau(a=((), (1.0,)), b=(0.5, 0.5), c=(0.0, 1.0), b_error=(1.0, 1.0))
+
+
+def test_step_policies_validate_and_replace_the_keywords():
+    field = _field_rope_db()
+    x0 = uniform(16, 3, seed=7)
+    with pytest.raises(ValueError, match=r"^ConstantSteps: `dt` must be positive; got 0\.0\.$"):
+        ConstantSteps(0.0)
+    with pytest.raises(ValueError, match=r"^AdaptiveSteps: `max_steps` must be a positive integer; got 0\.$"):
+        AdaptiveSteps(max_steps=0)
+    with pytest.raises(ValueError, match=r"must have an embedded error estimate .*; got RK4\."):
+        solve(field, x0, integrator=integrators.RK4(), stepsize=AdaptiveSteps(), t_end=0.2, save_every=0.1)
+    with pytest.raises(ValueError, match=r"^solve: `dt` must be given"):
+        solve(field, x0, integrator=integrators.RK4(), t_end=0.2, save_every=0.1)
+    keywords = solve(field, x0, integrator=integrators.RK4(), dt=0.05, t_end=0.4, save_every=0.2)
+    objects = solve(
+        field, x0, integrator=integrators.RK4(), stepsize=ConstantSteps(0.05), saveat=SaveAt(0.4, 0.2)
+    )
+    np.testing.assert_array_equal(keywords.xs, objects.xs)  # the keywords build exactly these objects
 
 
 # --- equiangular closed form (SPEC §5) ------------------------------------------------------------
@@ -231,6 +306,34 @@ def test_max_steps_status():
     assert traj.xs.shape == (1, 16, 3)
 
 
+def test_statuses_are_per_run_with_remedy_messages():
+    """A batch whose run 1 goes non-finite: run 1 stops (NaN after its last finite snapshot), the
+    others reach t_end, bitwise as when run alone."""
+
+    def field(x):  # a rotation about e_3 that turns NaN once a point passes azimuth ~1.12 rad
+        v = x @ jnp.asarray([[0.0, -1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]]).T
+        return jnp.where(jnp.any(x[:, 1] > 0.9 * jnp.linalg.norm(x[:, :2], axis=1)), jnp.nan, 1.0) * v
+
+    starts = [[1.0, 0.0, 0.5], [1.0, 0.0, 0.5], [1.0, -1.0, 0.5]]  # run 0 and 2 are turned back below
+    x0 = sphere.normalize(jnp.asarray(starts))[:, None, :]
+    x0 = x0.at[0].set(sphere.normalize(jnp.asarray([[1.0, -3.0, 0.5]])))  # 2.4 rad away: never passes
+    x0 = x0.at[2].set(sphere.normalize(jnp.asarray([[1.0, -2.0, 0.5]])))  # 2.2 rad away: never passes
+    opts = dict(integrator=integrators.Euler(), dt=0.01, t_end=2.0, save_every=0.25, workers=1)
+    traj = solve(field, x0, **opts)
+    assert list(traj.statuses) == [Status.ok, Status.nonfinite, Status.ok]
+    assert traj.status == "nonfinite" and traj.status is Status.nonfinite  # the first that is not ok
+    assert traj.xs.shape == (9, 3, 1, 3) and np.all(np.isfinite(traj.xs[:, [0, 2]]))
+    alone = solve(field, x0[1], **opts)
+    assert alone.status == Status.nonfinite and alone.statuses.shape == ()
+    kept = len(alone.ts)  # 5: snapshots 0 .. 1.0
+    np.testing.assert_array_equal(traj.xs[:kept, 1], alone.xs)
+    assert np.all(np.isnan(traj.xs[kept:, 1]))
+    np.testing.assert_array_equal(traj.xs[:, 0], solve(field, x0[0], **opts).xs)
+    assert "reduce `dt` or `beta`, or use float64" in Status.nonfinite.message
+    assert "max_steps_per_snapshot" in Status.max_steps.message
+    assert f"{Status.max_steps}" == "max_steps" and Status("ok") is Status.ok
+
+
 def test_noise_norms_and_reproducibility():
     field = _field_rope_db()
     x0 = uniform(16, 3, seed=5)
@@ -263,7 +366,7 @@ def test_batched_equals_single(method):
     assert batch.status == "ok" and batch.xs.shape == (3, b, n, 3)
     for s in range(b):
         single = solve(field, x0[s], **opts)
-        # on a CPU every run of a batch is the unbatched program (lanes.batch_on_devices), with
+        # on a CPU every run of a batch is the unbatched program (lax.map over the runs), with
         # its own adaptive step sequence: bitwise equal
         np.testing.assert_array_equal(batch.xs[:, s], single.xs)
 

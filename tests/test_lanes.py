@@ -5,6 +5,11 @@ processes, by ``test_performance.test_results_independent_of_thread_settings_and
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -52,9 +57,35 @@ def test_lane_map_stacks_lanes_of_a_pytree():
     np.testing.assert_array_equal(out["b"], ids.sum(axis=1))
 
 
-def test_lane_devices_divide_the_lane_count():
-    devices = lanes.lane_devices()
-    assert lanes.LANES % len(devices) == 0 and len(devices) <= len(jax.devices())
+_DEVICES_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import jax
+    import numpy as np
+    from attnflow.numerics import lanes
+    assert lanes.use_cpu_cores(int(sys.argv[1])) == int(sys.argv[1])
+    values = np.random.default_rng(0).standard_normal((lanes.LANES, 5, 3))
+    fold = lambda ops, lane: jax.lax.scan(lambda acc, v: (acc * ops + v, None), jax.numpy.zeros(3), lane)[0]
+    total = jax.jit(lambda v: lanes.lane_sum(fold, 0.9, v))(values)
+    print(len(lanes.lane_devices()), *np.asarray(total).tobytes().hex().split())
+    """
+)
+
+
+def test_lane_devices_are_the_largest_divisor_and_the_sum_does_not_depend_on_them(tmp_path):
+    """With 3 CPU devices the lanes run on 2 (the largest divisor of LANES = 8 that fits), with 1 on
+    one; the lane sum is bitwise the same (the lanes' layout never depends on the devices)."""
+    script = tmp_path / "devices.py"
+    script.write_text(_DEVICES_SCRIPT)
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env.pop("XLA_FLAGS", None)
+    outputs = {}
+    for count in (1, 3):
+        done = subprocess.run([sys.executable, str(script), str(count)], env=env, capture_output=True,
+                              text=True, timeout=300, check=True)  # fmt: skip
+        outputs[count] = done.stdout.split()
+    assert outputs[1][0] == "1" and outputs[3][0] == "2"
+    assert outputs[1][1:] == outputs[3][1:]  # bitwise
 
 
 def test_use_cpu_cores_after_start():
@@ -65,26 +96,6 @@ def test_use_cpu_cores_after_start():
         lanes.use_cpu_cores(have + 1)
     with pytest.raises(ValueError, match=r"use_cpu_cores: `count` must be a positive integer; got 0\."):
         lanes.use_cpu_cores(0)
-
-
-def test_batch_on_devices_equals_single_calls():
-    def fn(x, scale, offset):
-        return {"y": jnp.exp(scale * x) @ x.T + offset, "norm": jnp.linalg.norm(x)}
-
-    xs = jnp.asarray(np.random.default_rng(1).standard_normal((5, 4, 3)))
-    offsets = jnp.arange(5.0)
-    out = jax.jit(lanes.batch_on_devices(fn, in_axes=(0, None, 0)))(xs, 0.5, offsets)
-    assert out["y"].shape == (5, 4, 4) and out["norm"].shape == (5,)
-    for k in range(5):
-        single = jax.jit(fn)(xs[k], 0.5, offsets[k])
-        np.testing.assert_array_equal(out["y"][k], single["y"])  # the unbatched program, bitwise
-        np.testing.assert_array_equal(out["norm"][k], single["norm"])
-
-
-def test_share_rows_cuts_contiguous_shares_padded_with_the_last_run():
-    np.testing.assert_array_equal(lanes.share_rows(5, 2), [[0, 1, 2], [3, 4, 4]])
-    np.testing.assert_array_equal(lanes.share_rows(3, 3), [[0], [1], [2]])
-    np.testing.assert_array_equal(lanes.share_rows(4, 1), [[0, 1, 2, 3]])
 
 
 def test_scan_dealt_folds_the_real_items_in_order_and_skips_the_padding():

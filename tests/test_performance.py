@@ -98,7 +98,7 @@ def test_vmapped_seeds_equal_single_runs_blocked():
     assert batch.status == "ok" and batch.xs.shape == (3, seeds, n, 3)
     for s in range(seeds):
         single = solve(field, x0[s], **opts)
-        # on a CPU every run of a batch is the unbatched program (lanes.batch_on_devices): bitwise
+        # on a CPU every run of a batch is the unbatched program (lax.map over the runs): bitwise
         np.testing.assert_array_equal(batch.xs[:, s], single.xs)
 
 
@@ -125,8 +125,6 @@ def test_parameter_batch_with_integrate_equals_single_runs():
         )
         # same steps, traced vs constant beta: e^{β} folded differently, round-off only
         np.testing.assert_allclose(batch[i], single.xs[-1], rtol=0, atol=1e-13)
-    with pytest.raises(ValueError, match=r"`integrator` must be a fixed-step method"):
-        integrate(lambda x: x, x0, integrator=integrators.Adaptive(), dt=0.1, steps=1)
 
 
 def test_chunk_compiled_once_per_run():
@@ -243,6 +241,7 @@ def _run_with_flags(tmp_path, name, xla_flags, *, devices=1, taskset=False):
     return dict(np.load(tmp_path / f"{name}.npz"))
 
 
+@pytest.mark.slow
 def test_results_independent_of_thread_settings_and_devices(tmp_path):
     one_device = "--xla_force_host_platform_device_count=1"
     default = _run_with_flags(tmp_path, "default", one_device)
@@ -326,8 +325,34 @@ def test_random_batch_exact_at_p_equals_n_and_error_decreases_with_p():
     # the strong error of the random-batch method scales like sqrt(dt/(p−1)): ~2× per 4× in p;
     # require a clear decrease at each step (measured RMS over 3 keys: 0.09–0.10, 0.031–0.035, 0.011–0.013)
     assert errors[0] > 1.5 * errors[1] > 2.25 * errors[2], errors
-    with pytest.raises(ValueError, match=r"`p` must be an integer in \[2, n\]"):
+    with pytest.raises(ValueError, match=r"`p` must be an integer in \[2, n\] = \[2, 64\]; got 1\."):
         random_batch.solve_random_batch(k, x, p=1, key=jax.random.key(0), **opts)
+
+
+def test_random_batch_field_is_a_stochastic_field_of_solve():
+    """``RandomBatchField`` runs through ``solve`` like any field: with one batch of all n tokens it
+    is the exact dynamics (round-off only); each run of a batch of stochastic runs is bitwise its
+    single run; adaptive steps are refused."""
+    n = 24
+    k = make_kernel(GAUGES["rope_full_period"](n), FACTORS["distance_bias"](n), beta=1.0)
+    x = uniform(n, 3, seed=6)
+    opts = dict(integrator=integrators.RK4(), dt=0.02, t_end=0.4, save_every=0.2)
+    whole = random_batch.RandomBatchField(k, n, normalization="sa")
+    approx = solve(whole, x, key=jax.random.key(4), **opts)
+    exact = solve(dynamics.make_vector_field(k, normalization="sa"), x, **opts)
+    # one batch: the exact sums in a permuted order, 20 RK4 steps of unit-norm states: round-off
+    np.testing.assert_allclose(approx.xs, exact.xs, rtol=0, atol=1e-13)
+    x0s = jnp.stack([x, uniform(n, 3, seed=7)])
+    batch_run = solve(random_batch.RandomBatchField(k, 4), x0s, key=jax.random.key(5), workers=1, **opts)
+    for s in range(2):  # a batch of stochastic runs: run s draws from split(key, 2)[s], bitwise
+        single = solve(
+            random_batch.RandomBatchField(k, 4), x0s[s], key=jax.random.split(jax.random.key(5), 2)[s], **opts
+        )
+        np.testing.assert_array_equal(batch_run.xs[:, s], single.xs)
+    with pytest.raises(
+        ValueError, match=r"a stochastic `field` \(random batches\) needs a fixed-step method"
+    ):
+        solve(whole, x, integrator=integrators.Adaptive(), dt=0.01, t_end=0.2, save_every=0.1)
 
 
 def test_snapshot_groups_give_identical_results():

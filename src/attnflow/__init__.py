@@ -19,20 +19,27 @@ from attnflow.io.version import __version__  # noqa: E402
 from attnflow.numerics.dynamics import make_vector_field  # noqa: E402
 from attnflow.numerics.integrators import RK4, Adaptive, Euler, GeodesicRK4, make_integrator  # noqa: E402
 from attnflow.numerics.lanes import use_cpu_cores  # noqa: E402
-from attnflow.numerics.solve import Trajectory  # noqa: E402
+from attnflow.numerics.saving import SaveAt  # noqa: E402
+from attnflow.numerics.solve import Trajectory, solve  # noqa: E402
+from attnflow.numerics.status import Status  # noqa: E402
+from attnflow.numerics.steps import AdaptiveSteps, ConstantSteps  # noqa: E402
 from attnflow.numerics.summation import energy  # noqa: E402
 from attnflow.workflows.build import Simulation  # noqa: E402
 
 __all__ = [
     "RK4",
     "Adaptive",
+    "AdaptiveSteps",
     "Config",
     "ConfigError",
+    "ConstantSteps",
     "Euler",
     "GeodesicRK4",
     "Kernel",
     "Profile",
+    "SaveAt",
     "Simulation",
+    "Status",
     "Trajectory",
     "__version__",
     "config_from_dict",
@@ -41,5 +48,6 @@ __all__ = [
     "make_integrator",
     "make_profile",
     "make_vector_field",
+    "solve",
     "use_cpu_cores",
 ]

@@ -87,6 +87,7 @@ def _positive(value: float) -> float:
 
 def exit_unless_ok(status: str, folder: Path) -> None:
     """Exit with ``EXIT_UNFINISHED`` and one line when a run ended with a status other than "ok"."""
+    status = getattr(status, "value", status)  # a numerics Status or its name
     if status != "ok":
         say(f"error: the run did not finish as asked: status {status!r}; the folder {str(folder)!r} keeps "
             "every completed snapshot and records the status in metrics.json.")  # fmt: skip

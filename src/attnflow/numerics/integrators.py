@@ -1,6 +1,6 @@
-"""Explicit Runge–Kutta integrators on the sphere, written as tableaus plus one stage routine.
+"""Explicit Runge–Kutta methods on the sphere, written as tableaus plus one stage routine.
 
-Two ways to stay on the sphere share the same stages (``_increment``):
+Two ways to stay on the sphere share the same stages (``_slopes``):
 
 - **step then renormalise** (``Euler``, ``RK4``, ``Adaptive``): stages at ``x + σ`` in R^d (the
   vector field extends smoothly off the sphere and leaves it invariant), then ``normalize``.
@@ -8,8 +8,11 @@ Two ways to stay on the sphere share the same stages (``_increment``):
   ``dexp_inv``, so every stage point lies on the sphere; the step ends with ``exp_x(σ)``. This is the
   classical method applied to the ODE in the chart ``exp_x``, hence of the same order.
 
-``Adaptive`` is the Dormand–Prince 5(4) pair with error control in the ambient norm (each accepted
-step renormalised). Every integrator declares its ``order``; the tests measure it.
+``Adaptive`` is the Dormand–Prince 5(4) pair: ``step_with_error`` returns the step and the scaled
+norm of the embedded error estimate (ambient norm, each accepted step renormalised). How long a step
+is, is not the method's business: the step-size policy (``attnflow.numerics.steps``: ``ConstantSteps``,
+``AdaptiveSteps``) decides; ``method.default_steps(dt)`` is the policy a method runs with when none
+is given. Every method declares its ``order``; the tests measure it.
 """
 
 from __future__ import annotations
@@ -21,21 +24,55 @@ import jax
 import jax.numpy as jnp
 
 from attnflow.core.sphere import dexp_inv, exp_map, normalize, project
+from attnflow.numerics.steps import AdaptiveSteps, ConstantSteps
 
 VectorField = Callable[[jax.Array], jax.Array]
+_ROUND_OFF = 1e-12  # tableau coefficients are decimal fractions of small integers: sums exact to ~1e-15
 
 
 @dataclasses.dataclass(frozen=True)
 class Tableau:
-    """Butcher tableau of an explicit method; ``b_error`` = weights of the embedded lower order."""
+    """Butcher tableau of an explicit method: stage ``i`` is evaluated at ``t + c_i h`` from the
+    slopes ``Σ_j a_ij k_j``; ``b`` are the weights of the step, ``b_error`` those of the embedded
+    lower-order step (None: no error estimate).
+
+    Validated at construction: ``a`` is strictly lower triangular (row ``i`` has ``i`` entries),
+    every row sums to its node (``Σ_j a_ij = c_i``, the condition that each stage is consistent),
+    and ``b`` (and ``b_error``) sum to 1 (consistency of the step)."""
 
     a: tuple[tuple[float, ...], ...]
     b: tuple[float, ...]
+    c: tuple[float, ...]
     b_error: tuple[float, ...] | None = None
 
+    def __post_init__(self) -> None:
+        stages = len(self.a)
+        if len(self.b) != stages or len(self.c) != stages:
+            raise ValueError(
+                f"Tableau: `b` and `c` must have one entry per stage ({stages}); got {len(self.b)} and "
+                f"{len(self.c)}."
+            )
+        for i, (row, node) in enumerate(zip(self.a, self.c, strict=True)):
+            if len(row) != i:
+                raise ValueError(
+                    f"Tableau: `a` must be strictly lower triangular (row {i} with {i} entries); got {row!r}."
+                )
+            if abs(sum(row) - node) > _ROUND_OFF:
+                raise ValueError(
+                    f"Tableau: row {i} of `a` must sum to its node c[{i}] = {node!r}; got {sum(row)!r}."
+                )
+        for name, weights in (("b", self.b), ("b_error", self.b_error)):
+            if weights is not None and (len(weights) != stages or abs(sum(weights) - 1.0) > _ROUND_OFF):
+                raise ValueError(
+                    f"Tableau: `{name}` must be {stages} weights summing to 1; got {weights!r} "
+                    f"(sum {sum(weights)!r})."
+                )
 
-EULER_TABLEAU = Tableau(a=((),), b=(1.0,))
-RK4_TABLEAU = Tableau(a=((), (0.5,), (0.0, 0.5), (0.0, 0.0, 1.0)), b=(1 / 6, 1 / 3, 1 / 3, 1 / 6))
+
+EULER_TABLEAU = Tableau(a=((),), b=(1.0,), c=(0.0,))
+RK4_TABLEAU = Tableau(
+    a=((), (0.5,), (0.0, 0.5), (0.0, 0.0, 1.0)), b=(1 / 6, 1 / 3, 1 / 3, 1 / 6), c=(0.0, 0.5, 0.5, 1.0)
+)
 DOPRI5_TABLEAU = Tableau(
     a=(
         (),
@@ -47,6 +84,7 @@ DOPRI5_TABLEAU = Tableau(
         (35 / 384, 0.0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84),
     ),
     b=(35 / 384, 0.0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84, 0.0),
+    c=(0.0, 1 / 5, 3 / 10, 4 / 5, 8 / 9, 1.0, 1.0),
     b_error=(5179 / 57600, 0.0, 7571 / 16695, 393 / 640, -92097 / 339200, 187 / 2100, 1 / 40),
 )
 
@@ -56,7 +94,7 @@ def _combine(weights, slopes, dt):
     return dt * sum(terms[1:], terms[0]) if terms else 0.0
 
 
-def _increment(field, x, dt, tableau, *, geodesic: bool):
+def _slopes(field, x, dt, tableau, *, geodesic: bool):
     """Stages of ``tableau``; returns the slopes ``k_i`` (in ``T_x`` for the geodesic chart)."""
     slopes = []
     for row in tableau.a:
@@ -70,24 +108,27 @@ def _increment(field, x, dt, tableau, *, geodesic: bool):
     return slopes
 
 
-class _FixedStep:
-    """A fixed-step method: ``tableau`` stages, then renormalise or map back through ``exp_x``."""
+class _Method:
+    """A Runge–Kutta method: ``tableau`` stages, then renormalise or map back through ``exp_x``."""
 
     tableau: Tableau
     order: int
     geodesic: bool = False
-    adaptive = False
 
     def step(self, field: VectorField, x: jax.Array, dt) -> jax.Array:
-        slopes = _increment(field, x, dt, self.tableau, geodesic=self.geodesic)
+        slopes = _slopes(field, x, dt, self.tableau, geodesic=self.geodesic)
         sigma = _combine(self.tableau.b, slopes, dt)
         if self.geodesic:
             return normalize(exp_map(x, project(x, sigma)))
         return normalize(x + sigma)
 
+    def default_steps(self, dt: float, *, max_steps: int) -> ConstantSteps | AdaptiveSteps:  # noqa: ARG002
+        """The step-size policy of this method when ``solve`` is given none: fixed steps of ``dt``."""
+        return ConstantSteps(dt)
+
 
 @dataclasses.dataclass(frozen=True)
-class Euler(_FixedStep):
+class Euler(_Method):
     """Explicit Euler then renormalise (the published codes' scheme). Order 1."""
 
     tableau = EULER_TABLEAU
@@ -95,7 +136,7 @@ class Euler(_FixedStep):
 
 
 @dataclasses.dataclass(frozen=True)
-class RK4(_FixedStep):
+class RK4(_Method):
     """Classical Runge–Kutta in R^d, then renormalise. Order 4."""
 
     tableau = RK4_TABLEAU
@@ -103,7 +144,7 @@ class RK4(_FixedStep):
 
 
 @dataclasses.dataclass(frozen=True)
-class GeodesicRK4(_FixedStep):
+class GeodesicRK4(_Method):
     """Classical Runge–Kutta in the normal coordinates ``exp_x`` of each particle. Order 4."""
 
     tableau = RK4_TABLEAU
@@ -112,26 +153,27 @@ class GeodesicRK4(_FixedStep):
 
 
 @dataclasses.dataclass(frozen=True)
-class Adaptive:
-    """Dormand–Prince 5(4) with error control (``rtol``, ``atol``), renormalised. Order 5."""
+class Adaptive(_Method):
+    """Dormand–Prince 5(4), renormalised; by default with error control at (``rtol``, ``atol``)
+    (``AdaptiveSteps``). Order 5."""
 
     rtol: float = 1e-8
     atol: float = 1e-10
+    tableau = DOPRI5_TABLEAU
     order = 5
-    adaptive = True
 
-    def step_with_error(self, field: VectorField, x: jax.Array, dt):
-        """One trial step: ``(x_new, error_norm)``; accept when ``error_norm <= 1``."""
-        slopes = _increment(field, x, dt, DOPRI5_TABLEAU, geodesic=False)
-        high = x + _combine(DOPRI5_TABLEAU.b, slopes, dt)
-        low = x + _combine(DOPRI5_TABLEAU.b_error, slopes, dt)
-        scale = self.atol + self.rtol * jnp.maximum(jnp.abs(x), jnp.abs(high))
+    def step_with_error(self, field: VectorField, x: jax.Array, dt, *, rtol, atol):
+        """One trial step: ``(x_new, error_norm)``, the RMS of the embedded error scaled by
+        ``atol + rtol·|x|``; a controller accepts it when ``error_norm <= 1``."""
+        slopes = _slopes(field, x, dt, self.tableau, geodesic=False)
+        high = x + _combine(self.tableau.b, slopes, dt)
+        low = x + _combine(self.tableau.b_error, slopes, dt)
+        scale = atol + rtol * jnp.maximum(jnp.abs(x), jnp.abs(high))
         return normalize(high), jnp.sqrt(jnp.mean(((high - low) / scale) ** 2))
 
-    def next_dt(self, dt, error_norm):
-        """Standard controller: ``dt · clip(0.9 · err^{−1/5}, 0.2, 5)``."""
-        factor = 0.9 * jnp.maximum(error_norm, 1e-10) ** (-1.0 / self.order)
-        return dt * jnp.clip(factor, 0.2, 5.0)
+    def default_steps(self, dt: float, *, max_steps: int) -> AdaptiveSteps:
+        """Error control at this method's tolerances, from a first trial step ``dt``."""
+        return AdaptiveSteps(rtol=self.rtol, atol=self.atol, dt0=dt, max_steps=max_steps)
 
 
 Integrator = Euler | RK4 | GeodesicRK4 | Adaptive

@@ -1,4 +1,4 @@
-"""Random-batch approximation of the interaction (an APPROXIMATION of SPEC §1.2, for very large n).
+"""Random-batch approximation of the interaction (an APPROXIMATION of the exact field, for very large n).
 
 The exact field costs ``O(n² d)`` per evaluation. The random-batch method (Jin, Li & Liu,
 *Random batch methods (RBM) for interacting particle systems*, J. Comput. Phys. 400, 2020) draws,
@@ -19,22 +19,24 @@ is unbiased for every ``i`` (a uniformly random batch holds each other token wit
 are estimated the same way and divided (a ratio estimator: consistent, slightly biased).
 
 The partition is fixed within a step (every Runge–Kutta stage of the step sees the same batches),
-so a step integrates the batch-restricted system over ``dt``. Randomness comes only from the
-explicit ``key``; results are reproducible for a given key.
+so a step integrates the batch-restricted system over ``dt``: ``RandomBatchField`` is a stochastic
+field ``field(x, key)`` and ``solve`` runs it like any other (fixed steps; a fresh key each step).
+Randomness comes only from the explicit ``key``; results are reproducible for a given key.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from attnflow.core import factors
 from attnflow.core.kernel import Kernel
-from attnflow.core.sphere import normalize, project
-from attnflow.numerics.dynamics import VALUES, VectorField, noise_increment
+from attnflow.core.sphere import project
+from attnflow.numerics.dynamics import VALUES, VectorField
 from attnflow.numerics.integrators import Integrator
-from attnflow.numerics.solve import SnapshotCallback, Trajectory, snapshot_count
+from attnflow.numerics.solve import SnapshotCallback, Trajectory, solve
 from attnflow.numerics.summation import NORMALIZATIONS, factor_tile
 
 MAX_GROUP_ENTRIES = 2**22  # batches are evaluated in groups of at most this many p × p entries
@@ -125,6 +127,34 @@ def make_random_batch_field(
     return field
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class RandomBatchField:
+    """The random-batch approximation as a stochastic field: ``field(x, key)`` draws a partition
+    into batches of ``p`` from ``key`` and evaluates ``make_random_batch_field`` on it. ``solve``
+    calls it with a fresh key at every step, the same for every stage of the step (fixed steps
+    only). Pickles, like ``make_vector_field``'s field."""
+
+    kernel: Kernel
+    p: int
+    normalization: str = "usa"
+    causal: bool = False
+    value: str = "gradient"
+    stochastic = True
+
+    def __post_init__(self) -> None:
+        n = self.kernel.gauge.n
+        if isinstance(self.p, bool) or int(self.p) != self.p or not 2 <= self.p <= n:
+            raise ValueError(f"random_batch: `p` must be an integer in [2, n] = [2, {n}]; got {self.p!r}.")
+        self.field(*partition(jax.random.key(0), n, int(self.p)))  # validate the options now
+
+    def field(self, batches: jax.Array, valid: jax.Array) -> VectorField:
+        options = dict(normalization=self.normalization, causal=self.causal, value=self.value)
+        return make_random_batch_field(self.kernel, batches, valid, **options)
+
+    def __call__(self, x: jax.Array, key: jax.Array) -> jax.Array:
+        return self.field(*partition(key, self.kernel.gauge.n, int(self.p)))(x)
+
+
 def solve_random_batch(
     kernel: Kernel,
     x0: jax.Array,
@@ -141,48 +171,10 @@ def solve_random_batch(
     noise: float = 0.0,
     on_snapshot: SnapshotCallback | None = None,
 ) -> Trajectory:
-    """Integrate the random-batch approximation (batches of ``p``, a fresh partition every step).
-
-    Same time grid, snapshots and statuses as ``attnflow.numerics.solve.solve`` (fixed-step methods only);
-    ``key`` drives the partitions (and the noise, if any). **An approximation** — see the module
-    docstring for its error.
-    """
-    n = kernel.gauge.n
-    if integrator.adaptive:
-        raise ValueError("random_batch: `integrator` must be a fixed-step method (euler, rk4, geodesic_rk4).")
-    if not 2 <= int(p) <= n:
-        raise ValueError(f"random_batch: `p` must be an integer in [2, n] = [2, {n}]; got {p!r}.")
-    p = int(p)
-    make_field = dict(normalization=normalization, causal=causal, value=value)
-    make_random_batch_field(kernel, *partition(key, n, p), **make_field)  # validate options now
-    steps_per_snapshot = int(round(save_every / dt))
-
-    def advance(x, key):
-        def body(carry, _):
-            x, key = carry
-            key, sub, sub_noise = jax.random.split(key, 3)
-            field = make_random_batch_field(kernel, *partition(sub, n, p), **make_field)
-            x = integrator.step(field, x, dt)
-            if noise > 0:
-                x = normalize(x + noise_increment(sub_noise, x, noise=noise, dt=dt))
-            return (x, key), None
-
-        (x, key), _ = jax.lax.scan(body, (x, key), None, length=steps_per_snapshot)
-        return x, key, jnp.all(jnp.isfinite(x))
-
-    advance = jax.jit(advance)
-    xs, ts, status, steps = [np.asarray(x0)], [0.0], "ok", 0
-    if on_snapshot is not None:
-        on_snapshot(0, 0.0, xs[0])
-    x = x0
-    for k in range(1, snapshot_count(t_end, save_every)):
-        x, key, finite = advance(x, key)
-        steps += steps_per_snapshot
-        if not bool(finite):
-            status = "nonfinite"
-            break
-        xs.append(np.asarray(x))
-        ts.append(k * save_every)
-        if on_snapshot is not None:
-            on_snapshot(k, ts[-1], xs[-1])
-    return Trajectory(ts=np.asarray(ts), xs=np.stack(xs), status=status, steps=steps)
+    """``solve`` of ``RandomBatchField(kernel, p, ...)``: a fresh partition every step; ``key``
+    drives the partitions and the noise, if any. **An approximation**: see the module docstring."""
+    field = RandomBatchField(kernel, p, normalization=normalization, causal=causal, value=value)
+    return solve(
+        field, x0, integrator=integrator, dt=dt, t_end=t_end, save_every=save_every, noise=noise, key=key,
+        on_snapshot=on_snapshot,
+    )  # fmt: skip

@@ -10,9 +10,9 @@ value an expectation can name (:mod:`attnflow.workflows.reproduce_measure`,
 - Seeds are batched: a job builds its :class:`~attnflow.workflows.build.Simulation` once (labels, gauges and
   factors do not depend on the seed), stacks the seeds' initial data ``x0 (B, n, d)`` and calls
   :func:`~attnflow.numerics.solve.solve` once with the batch — one compilation per job, none per seed.
-- Jobs run in up to two spawned worker processes, longest first (:func:`run_jobs`): XLA runs one
-  small simulation on one core, and threads in one process only contend. Those processes run
-  their batches themselves (``ATTNFLOW_CORES=1``: no ``attnflow.numerics.workers`` of their own).
+- Jobs run in up to two single-threaded worker processes, longest first (:func:`run_jobs`, through
+  :mod:`attnflow.numerics.batch`): XLA runs one small simulation on one core, and threads in one
+  process only contend. Those processes run their batches themselves (``ATTNFLOW_CORES=1``).
 - Realisation experiments (``kind = "realize_orbit" | "realize_sphere"``) call
   :mod:`attnflow.workflows.realize` once per seed.
 - The analytic factors are evaluated once as a matrix for the dense interaction
@@ -22,12 +22,11 @@ value an expectation can name (:mod:`attnflow.workflows.reproduce_measure`,
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -36,10 +35,9 @@ from attnflow.analysis.laws import VonMisesMixture, spherical_mixture_samples
 from attnflow.analysis.theory import energy_max
 from attnflow.io.config import Config
 from attnflow.io.outcomes import FigureData, JobResult, Outcome
-from attnflow.numerics import lanes
+from attnflow.numerics import batch
 from attnflow.numerics.dynamics import make_vector_field
 from attnflow.numerics.solve import solve
-from attnflow.numerics.workers import one_core_per_process
 from attnflow.workflows import realize
 from attnflow.workflows.build import Simulation, build, make_initial
 from attnflow.workflows.experiments import evaluate, load_experiments
@@ -184,30 +182,20 @@ def _run_quietly(job: Job) -> JobResult:
 
 
 def default_workers() -> int:
-    """Worker processes: one per core, at most 2."""
-    return max(1, min(2, lanes.available_cores()))
+    """Worker processes: one per available core, at most 2 (1 on an accelerator)."""
+    return 1 if jax.default_backend() != "cpu" else batch.worker_count(2, None, where="reproduce")
 
 
 def run_jobs(jobs: Sequence[Job], tick: Tick, *, workers: int = 1) -> list[JobResult]:
-    """Run the jobs, in this process or in ``workers`` spawned processes (longest first).
-
-    XLA runs one small simulation on one core, so a second core is only used by a second
-    process (threads in one process contend). Progress then advances per finished job.
-    """
+    """Run the jobs, in this process or in ``workers`` single-threaded processes, longest first
+    (:mod:`attnflow.numerics.batch`); progress then advances per finished job."""
     if workers <= 1 or len(jobs) <= 1:
         return [run_job(job, tick) for job in jobs]
     results: list[JobResult | None] = [None] * len(jobs)
     order = sorted(range(len(jobs)), key=lambda i: -jobs[i].cost())
-    context = multiprocessing.get_context("spawn")  # never fork a process that runs JAX
-    pool = ProcessPoolExecutor(
-        max_workers=min(workers, len(jobs)), mp_context=context, initializer=one_core_per_process
-    )
-    with pool:
-        futures = {pool.submit(_run_quietly, jobs[i]): i for i in order}
-        for future in as_completed(futures):
-            i = futures[future]
-            results[i] = future.result()
-            tick(jobs[i].units())
+    for index, result in batch.run_tasks(_run_quietly, [(jobs[i],) for i in order], workers=workers):
+        results[order[index]] = result
+        tick(jobs[order[index]].units())
     return results
 
 

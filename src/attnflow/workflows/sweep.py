@@ -61,7 +61,7 @@ from attnflow.io.atomic import write_json
 from attnflow.io.config import resolved_dict
 from attnflow.io.results import RESULTS_PARQUET, write_results
 from attnflow.io.version import __version__
-from attnflow.numerics.workers import SINGLE_THREAD_ENVIRON, single_thread_environ
+from attnflow.numerics.batch import SINGLE_THREAD_ENVIRON, available_cores, single_thread_environ
 from attnflow.workflows.sweep_plan import GridAxis, SweepPlan, SweepPoint, parse_grid, plan_sweep
 from attnflow.workflows.sweep_points import (
     clear_unfinished,
@@ -92,7 +92,7 @@ JAX_CACHE = "jax_cache"
 
 # Environment of each local worker process, set before it starts: single-threaded (small
 # simulations only contend for cores, and results must not depend on the thread count; see
-# attnflow.numerics.workers.SINGLE_THREAD_ENVIRON), and
+# attnflow.numerics.batch.SINGLE_THREAD_ENVIRON), and
 # MALLOC_TRIM_THRESHOLD_: Dask's default (65536) returns freed memory to the OS eagerly, which the
 # SPEC probe found to double the time of short runs. Here 128 MiB keeps freed memory in the worker
 # between runs. Probe on the 2-core machine (16 runs, n = 8, 2 workers, a loaded machine, CPU time
@@ -134,7 +134,8 @@ def connect(
 ) -> Iterator[Any]:
     """A ``distributed.Client``: to ``scheduler`` (an address or a scheduler file), or to a new
     LocalCluster on 127.0.0.1 with ``workers`` single-threaded worker processes (default: one per
-    core) whose environment is :data:`WORKER_ENVIRON` plus ``environ``."""
+    available core, ``attnflow.numerics.batch.available_cores``) whose environment is
+    :data:`WORKER_ENVIRON` plus ``environ``."""
     import logging
 
     import dask
@@ -160,7 +161,7 @@ def connect(
             os.environ.pop(key, None)
         with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}):
             cluster = LocalCluster(
-                n_workers=workers or os.cpu_count() or 1,
+                n_workers=workers or available_cores(),
                 threads_per_worker=1,
                 processes=True,
                 host="127.0.0.1",

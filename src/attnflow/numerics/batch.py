@@ -1,0 +1,113 @@
+"""The one batch runner: independent tasks in single-threaded worker processes, one per core.
+
+XLA splits every operation of a run over all the cores of its process, which does not pay for
+small runs, and JAX cannot limit a device to one thread; one single-threaded process per core can
+(``benchmarks/RESULTS.md`` has the measurements). So every place that runs many independent things
+at once uses this module: ``solve`` hands each process a share of a CPU batch of seeds,
+``attnflow reproduce`` its jobs, and a local ``attnflow sweep`` sizes its Dask cluster with
+``available_cores`` and starts its workers with ``SINGLE_THREAD_ENVIRON``.
+
+The machinery is the standard one: ``concurrent.futures.ProcessPoolExecutor`` with a *spawn*
+context (never fork a process that runs JAX). A task is a picklable function and its picklable
+arguments (JAX arrays and pytrees of them pickle as NumPy data). Each worker process starts with
+``SINGLE_THREAD_ENVIRON`` (set in this process while the workers are spawned, so that it is in
+place before the child imports NumPy or starts XLA) and ``POOL_ENVIRON`` (CPU only; Python's
+``safe_path``: the bootstrap of a spawned child never puts the working directory on ``sys.path``,
+and multiprocessing gives it this process's ``sys.path``, so a stray ``numpy.py`` or ``attnflow/``
+in the working directory is never imported by a worker).
+
+``ATTNFLOW_CORES`` caps the cores a process uses (``available_cores``); the workers run with
+``ATTNFLOW_CORES=1``, so that none starts workers of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Any
+
+CORES_VARIABLE = "ATTNFLOW_CORES"  # caps the cores a process uses (set to 1 in worker processes)
+
+# The environment of a single-threaded worker process (this module's, and a local sweep's Dask workers).
+SINGLE_THREAD_ENVIRON: dict[str, str] = {
+    "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false",  # "intra_op_parallelism_threads=1" is not an XLA flag
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    # no asynchronous dispatch: the thread that dispatches and the one that computes share one core
+    "JAX_CPU_ENABLE_ASYNC_DISPATCH": "false",
+    CORES_VARIABLE: "1",
+}
+# ... and for this module's workers: CPU only, and never the working directory on sys.path.
+POOL_ENVIRON: dict[str, str] = {"JAX_PLATFORMS": "cpu", "PYTHONSAFEPATH": "1"}
+_SPAWN = threading.Lock()  # one pool spawns at a time: the environment of this process is borrowed
+
+
+def available_cores() -> int:
+    """The cores this process may run on: its CPU affinity (where the OS reports one), at most
+    ``$ATTNFLOW_CORES`` when that is set."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    cap = os.environ.get(CORES_VARIABLE)
+    if cap is None:
+        return cores
+    if not cap.isdigit() or int(cap) < 1:
+        raise ValueError(f"environment variable {CORES_VARIABLE} must be a positive integer; got {cap!r}.")
+    return min(cores, int(cap))
+
+
+def single_thread_environ() -> dict[str, str]:
+    """``SINGLE_THREAD_ENVIRON``, with the XLA flags of this process kept in front of its own."""
+    user_flags = os.environ.get("XLA_FLAGS")
+    flags = SINGLE_THREAD_ENVIRON["XLA_FLAGS"]
+    return {**SINGLE_THREAD_ENVIRON, "XLA_FLAGS": f"{user_flags} {flags}" if user_flags else flags}
+
+
+def worker_count(tasks: int, workers: int | None = None, *, where: str = "solve") -> int:
+    """Processes for ``tasks`` independent tasks: ``workers`` (None: one per available core), at
+    most one per task; 1 means in this process."""
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ValueError(f"{where}: `workers` must be a positive integer or None; got {workers!r}.")
+    return max(1, min(available_cores() if workers is None else workers, tasks))
+
+
+@contextlib.contextmanager
+def _borrowed_environ(environ: dict[str, str]) -> Iterator[None]:
+    with _SPAWN:
+        saved = {key: os.environ.get(key) for key in environ}
+        os.environ.update(environ)
+        try:
+            yield
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+
+def run_tasks(fn: Callable[..., Any], tasks: Sequence[tuple], *, workers: int) -> Iterator[tuple[int, Any]]:
+    """``fn(*task)`` for every task, in ``workers`` single-threaded spawned processes (1: here, in
+    order); yields ``(index, result)`` as each finishes. Tasks start in the order given; an
+    exception in a task is raised here when its result is reached (the pool is shut down)."""
+    if workers <= 1 or len(tasks) <= 1:
+        for index, task in enumerate(tasks):
+            yield index, fn(*task)
+        return
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=context) as pool:
+        # a spawn pool starts its processes as tasks are submitted: all of them start here
+        with _borrowed_environ({**single_thread_environ(), **POOL_ENVIRON}):
+            futures = {pool.submit(fn, *task): index for index, task in enumerate(tasks)}
+        try:
+            for future in as_completed(futures):
+                yield futures[future], future.result()
+        finally:
+            for future in futures:
+                future.cancel()

@@ -1,0 +1,169 @@
+"""The batch runner (attnflow.numerics.batch) and batches in solve: bitwise equal to single runs and
+to the batch in this process (with noise, with adaptive steps), the workers' environment and
+sys.path, failures, and the core count from the CPU affinity."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from attnflow.core import factors, gauges
+from attnflow.core.kernel import Kernel, make_profile
+from attnflow.core.sphere import sample_uniform
+from attnflow.numerics import batch, dynamics, integrators
+from attnflow.numerics.solve import solve
+
+
+def _field(n: int):
+    gauge = gauges.make_rope(np.arange(n), 3, gauges.rope_frequencies(3, kind="full_period", n=n))
+    factor = factors.DistanceBias(xi=jnp.arange(n) / n, slope=jnp.ones(()))
+    kernel = Kernel(gauge, factor, make_profile("exp", beta=1.0))
+    return dynamics.make_vector_field(kernel, normalization="sa")
+
+
+@pytest.mark.parametrize("method, noise", [("rk4", 0.1), ("adaptive", 0.0)])
+def test_batch_in_processes_equals_single_runs_and_the_batch_here(method, noise):
+    n, seeds = 12, 3  # 3 runs in 2 processes: shares of 2 and 1
+    field = _field(n)
+    x0 = jnp.stack([sample_uniform(s, n, 3) for s in range(seeds)])
+    key = jax.random.key(7)
+    opts = dict(
+        integrator=integrators.make_integrator(method, rtol=1e-8, atol=1e-10),
+        dt=0.05,
+        t_end=1.0,
+        save_every=0.25,
+        noise=noise,
+    )
+    seen = []
+    in_processes = solve(
+        field, x0, key=key, workers=2, on_snapshot=lambda k, t, x: seen.append((k, t)), **opts
+    )
+    here = solve(field, x0, key=key, workers=1, **opts)
+    assert in_processes.status == "ok" and in_processes.xs.shape == (5, seeds, n, 3)
+    assert seen == [(k, 0.25 * k) for k in range(5)]  # every snapshot, in order, in this process
+    np.testing.assert_array_equal(in_processes.xs, here.xs)
+    assert in_processes.steps == here.steps
+    for s in range(seeds):  # run s of a batch draws its noise from split(key, seeds)[s]
+        single = solve(field, x0[s], key=jax.random.split(key, seeds)[s], **opts)
+        np.testing.assert_array_equal(in_processes.xs[:, s], single.xs)
+    if noise:  # the noise acts (a deterministic run could not depend on the key)
+        other = solve(field, x0, key=jax.random.key(8), workers=2, **opts)
+        assert np.abs(other.xs[-1] - in_processes.xs[-1]).max() > 1e-2
+
+
+def _scaled(x, scale):
+    return x * scale
+
+
+def _fail(x):
+    raise ArithmeticError(f"task {x} failed")
+
+
+def test_run_tasks_yields_every_result_and_raises_a_tasks_error():
+    tasks = [(np.arange(3.0), s) for s in range(4)]
+    results = dict(batch.run_tasks(_scaled, tasks, workers=2))
+    assert sorted(results) == [0, 1, 2, 3]
+    for index, (x, scale) in enumerate(tasks):
+        np.testing.assert_array_equal(results[index], x * scale)
+    with pytest.raises(ArithmeticError, match=r"^task [01] failed$"):
+        list(batch.run_tasks(_fail, [(0,), (1,)], workers=2))
+    assert list(batch.run_tasks(_scaled, [(2.0, 3.0)], workers=2)) == [(0, 6.0)]  # one task: here
+
+
+def test_a_field_that_does_not_pickle():
+    inner = _field(4)
+    x0 = jnp.stack([sample_uniform(s, 4, 3) for s in range(2)])
+    opts = dict(integrator=integrators.RK4(), dt=0.1, t_end=0.2, save_every=0.1)
+    closure = solve(lambda x: inner(x), x0, **opts)  # workers=None: runs here
+    np.testing.assert_array_equal(closure.xs, solve(inner, x0, workers=1, **opts).xs)
+    with pytest.raises(ValueError, match=r"^solve: `field` must pickle to run a batch in 2 worker processes"):
+        solve(lambda x: inner(x), x0, workers=2, **opts)
+
+
+def test_worker_count_and_the_core_cap(monkeypatch):
+    monkeypatch.delenv(batch.CORES_VARIABLE, raising=False)
+    assert batch.available_cores() == len(os.sched_getaffinity(0))  # the affinity, not os.cpu_count()
+    assert batch.worker_count(1) == 1  # a single task never goes to a process
+    assert batch.worker_count(64) == batch.available_cores()
+    assert batch.worker_count(3, 8) == 3  # at most one process per task
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match=r"^solve: `workers` must be a positive integer or None; got "):
+            batch.worker_count(4, bad)
+    with pytest.raises(ValueError, match=r"`workers` must be a positive integer or None; got 0\."):
+        solve(_field(4), jnp.stack([sample_uniform(0, 4, 3)] * 2), integrator=integrators.RK4(), dt=0.1,
+              t_end=0.2, save_every=0.1, workers=0)  # fmt: skip
+    monkeypatch.setenv(batch.CORES_VARIABLE, "1")
+    assert batch.available_cores() == 1 and batch.worker_count(10) == 1
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv(batch.CORES_VARIABLE, bad)
+        with pytest.raises(
+            ValueError,
+            match=rf"^environment variable ATTNFLOW_CORES must be a positive integer; got '{bad}'\.$",
+        ):
+            batch.available_cores()
+
+
+def test_single_thread_environ_keeps_the_users_xla_flags(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/nowhere")
+    environ = batch.single_thread_environ()
+    assert environ["XLA_FLAGS"] == "--xla_dump_to=/nowhere --xla_cpu_multi_thread_eigen=false"
+    assert environ[batch.CORES_VARIABLE] == "1" and environ["OPENBLAS_NUM_THREADS"] == "1"
+    monkeypatch.delenv("XLA_FLAGS")
+    assert batch.single_thread_environ() == batch.SINGLE_THREAD_ENVIRON
+
+
+def _worker_view():
+    import jax
+    import numpy
+
+    return dict(
+        environ={k: os.environ.get(k) for k in (*batch.SINGLE_THREAD_ENVIRON, *batch.POOL_ENVIRON)},
+        numpy=numpy.__file__,
+        path=list(sys.path),
+        platform=jax.default_backend(),
+        devices=len(jax.devices()),
+    )
+
+
+_PLANTED_SCRIPT = textwrap.dedent(
+    """
+    import json, os, sys
+    import test_batch
+    from attnflow.numerics import batch
+    if __name__ == "__main__":
+        views = dict(batch.run_tasks(test_batch._worker_view, [(), ()], workers=2))
+        report = {"views": list(views.values()), "xla": os.environ.get("XLA_FLAGS")}
+        print(json.dumps(report))
+    """
+)
+
+
+def test_workers_are_single_threaded_and_never_import_from_the_working_directory(tmp_path):
+    """A ``numpy.py`` and an ``attnflow/`` planted in the working directory would raise on import."""
+    planted = tmp_path / "cwd"
+    (planted / "attnflow").mkdir(parents=True)
+    for module in (planted / "numpy.py", planted / "attnflow" / "__init__.py", planted / "jax.py"):
+        module.write_text("raise ImportError('planted module imported from the working directory')\n")
+    script = tmp_path / "script" / "main.py"
+    script.parent.mkdir()
+    script.write_text(_PLANTED_SCRIPT)
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([tests, *sys.path[1:]])}
+    env.pop("XLA_FLAGS", None)
+    done = subprocess.run([sys.executable, str(script)], cwd=planted, env=env, capture_output=True, text=True,
+                          timeout=300, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["xla"] is None  # the parent's environment is left as it was
+    for view in report["views"]:
+        assert view["environ"] == {**batch.SINGLE_THREAD_ENVIRON, **batch.POOL_ENVIRON}
+        assert view["numpy"] != str(planted / "numpy.py") and str(planted) not in view["path"]
+        assert "" not in view["path"] and view["platform"] == "cpu" and view["devices"] == 1
