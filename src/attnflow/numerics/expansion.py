@@ -150,16 +150,17 @@ def _check(kernel: Kernel, d: int, normalization: str, tolerance: float) -> int:
 
 
 class _Plan:
-    """The static pieces of one expansion: exponents ``(R, d)`` and weights ``(R,)``."""
+    """The static pieces of one expansion: the degree and the weights ``(R,)`` of the features."""
 
     def __init__(self, beta: float, degree: int, d: int, dtype):
-        self.exponents = pf.monomial_exponents(d, degree)
+        exponents = pf.monomial_exponents(d, degree)
         coefficients = pf.monomial_coefficients(beta, degree) if degree else np.ones(1)
-        self.weights = jnp.asarray(pf.feature_weights(self.exponents, coefficients), dtype)
-        self.rank = self.exponents.shape[0]
+        self.degree = degree
+        self.weights = jnp.asarray(pf.feature_weights(exponents, coefficients), dtype)
+        self.rank = exponents.shape[0]
 
     def features(self, u):
-        return pf.monomial_features(u, self.exponents)
+        return pf.monomial_features(u, self.degree)
 
 
 def _label_terms(factor, n: int, dtype) -> jax.Array:
@@ -178,20 +179,31 @@ def _chunked(a: jax.Array, chunk: int, *, edge: bool = False) -> jax.Array:
     return padded.reshape(-1, chunk, *a.shape[1:])
 
 
+def _spread(a: jax.Array, y: jax.Array) -> jax.Array:
+    """``[a_1 y, …, a_T y]``, ``(c, T d')``: the values of each label term side by side."""
+    return (a[:, :, None] * y[:, None, :]).reshape(y.shape[0], -1)
+
+
+def _gather(a: jax.Array, z: jax.Array) -> jax.Array:
+    """``Σ_t a_t z_t`` for ``z = [z_1, …, z_T]`` of shape ``(c, T d')``."""
+    return jnp.sum(a[:, :, None] * z.reshape(z.shape[0], a.shape[1], -1), axis=1)
+
+
 def _global_sum(plan: _Plan, u, y, a) -> jax.Array:
-    """``g_i = Σ_j Σ_t a_it a_jt p_L(⟨u_i,u_j⟩) y_j`` over all pairs, by moments."""
+    """``g_i = Σ_j Σ_t a_it a_jt p_L(⟨u_i,u_j⟩) y_j`` over all pairs, by the moments
+    ``M = Σ_j F(u_j)ᵀ [a_j1 y_j, …, a_jT y_j]`` accumulated over chunks."""
     n = u.shape[0]
     chunk = int(min(n, max(64, CHUNK_ENTRIES // plan.rank)))
     chunks = (_chunked(u, chunk), _chunked(y, chunk), _chunked(a, chunk))
 
     def accumulate(moments, c):
         uc, yc, ac = c
-        return moments + jnp.einsum("ct,cr,cv->trv", ac, plan.features(uc), yc), None
+        return moments + plan.features(uc).T @ _spread(ac, yc), None
 
-    init = jnp.zeros((a.shape[1], plan.rank, y.shape[1]), u.dtype)
+    init = jnp.zeros((plan.rank, a.shape[1] * y.shape[1]), u.dtype)
     moments, _ = jax.lax.scan(accumulate, init, chunks)
-    moments = moments * plan.weights[None, :, None]
-    out = jax.lax.map(lambda c: jnp.einsum("ct,cr,trv->cv", c[2], plan.features(c[0]), moments), chunks)
+    moments = moments * plan.weights[:, None]
+    out = jax.lax.map(lambda c: _gather(c[2], plan.features(c[0]) @ moments), chunks)
     return out.reshape(-1, y.shape[1])[:n]
 
 
@@ -210,18 +222,16 @@ def _prefix_sum(plan: _Plan, profile, u, y, a, zeta, slope, *, strict: bool) -> 
         uc, yc, ac, zc = chunk
         features = plan.features(uc)
         into = ac * jnp.exp(-slope * (zc - zeta_ref))[:, None]
-        across = jnp.einsum("ct,cr,trv->cv", into, features, moments * plan.weights[None, :, None])
+        across = _gather(into, features @ (moments * plan.weights[:, None]))
         gap = jnp.maximum(zc[:, None] - zc[None, :], 0.0)
         w = jnp.where(below, (ac @ ac.T) * jnp.exp(-slope * gap), 0.0)
         inside = (w * profile.dphi_unit(uc @ uc.T).astype(u.dtype)) @ yc
         zeta_last = zc[-1]
         out_of = ac * jnp.exp(-slope * (zeta_last - zc))[:, None]
-        moments = jnp.exp(-slope * (zeta_last - zeta_ref)) * moments + jnp.einsum(
-            "ct,cr,cv->trv", out_of, features, yc
-        )
+        moments = jnp.exp(-slope * (zeta_last - zeta_ref)) * moments + features.T @ _spread(out_of, yc)
         return (moments, zeta_last), across + inside
 
-    init = (jnp.zeros((a.shape[1], plan.rank, y.shape[1]), u.dtype), zeta[0])
+    init = (jnp.zeros((plan.rank, a.shape[1] * y.shape[1]), u.dtype), zeta[0])
     _, out = jax.lax.scan(step, init, chunks)
     return out.reshape(-1, y.shape[1])[:n]
 

@@ -26,7 +26,6 @@ few units of ``e^{β(a−1)}`` (so round-off is not amplified), tested.
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import jax.numpy as jnp
@@ -34,7 +33,7 @@ import numpy as np
 import scipy.special
 from numpy.polynomial import chebyshev
 
-SHELL = 1.1  # the bound holds for |<u_i, u_j>| <= SHELL: stage points up to |x| = 1.049
+SHELL = 1.05  # the bound holds for |<u_i, u_j>| <= SHELL: stage points up to |x| = 1.0247
 MAX_DEGREE = 200
 
 
@@ -72,11 +71,18 @@ def monomial_coefficients(beta: float, degree: int, *, shell: float = SHELL) -> 
 
 
 def monomial_exponents(d: int, degree: int) -> np.ndarray:
-    """All multi-indices ``α ∈ N^d`` with ``|α| <= degree``, shape ``(C(degree + d, d), d)``."""
-    rows = []
-    for k in range(degree + 1):
-        for combo in itertools.combinations_with_replacement(range(d), k):
-            rows.append(np.bincount(np.asarray(combo, dtype=int), minlength=d))
+    """All multi-indices ``α ∈ N^d`` with ``|α| <= degree``, shape ``(C(degree + d, d), d)``, in the
+    order in which ``monomial_features`` builds them: by degree, and within a degree those of degree
+    ``k`` with first variable ``m`` are ``e_m`` + the degree ``k − 1`` ones with variables ``>= m``."""
+    previous = [[np.zeros(d, dtype=int)] for _ in range(d)]  # degree k − 1, variables >= m
+    rows = [np.zeros(d, dtype=int)]
+    for _ in range(degree):
+        current = [None] * d
+        for m in reversed(range(d)):
+            unit = np.eye(d, dtype=int)[m]
+            current[m] = [unit + p for p in previous[m]] + (current[m + 1] if m + 1 < d else [])
+        rows.extend(current[0])
+        previous = current
     return np.asarray(rows, dtype=int).reshape(-1, d)
 
 
@@ -92,15 +98,18 @@ def rank(d: int, degree: int) -> int:
     return math.comb(degree + d, d)
 
 
-def monomial_features(u: jnp.ndarray, exponents: np.ndarray) -> jnp.ndarray:
-    """``F[i, r] = Π_m u[i, m]^{exponents[r, m]}``, shape ``(n, R)``, from a table of powers."""
-    degree = int(exponents.max(initial=0))
+def monomial_features(u: jnp.ndarray, degree: int) -> jnp.ndarray:
+    """``F[i, r] = Π_m u[i, m]^{α_r,m}`` for the exponents ``α = monomial_exponents(d, degree)``,
+    shape ``(n, R)``, degree by degree: the block of degree ``k`` is ``[u_m · B_m]_m``, where ``B_m``,
+    the degree ``k − 1`` monomials in the variables ``>= m``, is a suffix of the previous block."""
     n, d = u.shape
-    powers = jnp.concatenate(
-        [jnp.ones((n, 1, d), u.dtype), jnp.cumprod(jnp.broadcast_to(u[:, None, :], (n, degree, d)), axis=1)],
-        axis=1,
-    )  # (n, L + 1, d): powers[i, k, m] = u[i, m]^k
-    features = powers[:, exponents[:, 0], 0]
-    for m in range(1, d):
-        features = features * powers[:, exponents[:, m], m]
-    return features
+    block = jnp.ones((n, 1), u.dtype)
+    blocks = [block]
+    for k in range(1, degree + 1):
+        size = block.shape[1]
+        parts = [
+            u[:, m : m + 1] * block[:, size - math.comb(k - 1 + d - 1 - m, d - 1 - m) :] for m in range(d)
+        ]
+        block = jnp.concatenate(parts, axis=1)
+        blocks.append(block)
+    return jnp.concatenate(blocks, axis=1)
