@@ -179,7 +179,7 @@ def test_field_and_energy_match_the_exact_path(case):
 
 
 @pytest.mark.slow
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(_cases(SHAPES, TOLERANCES, BETAS))
 def test_field_and_energy_match_the_exact_path_many(case):
     _check_case(*case)
@@ -237,6 +237,13 @@ def test_errors():
     traced = jax.jit(lambda k, u: expansion.expansion_sum(k, u, u))
     with pytest.raises(ValueError, match=r"`beta` must be a concrete number"):
         traced(kernel(factors.NoFactor(n=n)), u)
+    with pytest.raises(ValueError, match=r"`causal` with the distance bias must have labels monotone"):
+        expansion.check(
+            kernel(_factor("distance_unsorted", n)), d, normalization="usa", causal=True, tolerance=1e-8
+        )
+    assert expansion.check(
+        kernel(factors.NoFactor(n=n)), d, normalization="usa", causal=True, tolerance=1e-8
+    ) == (expansion.expansion_rank(d, 1.0, 1e-8))
     # labels non-increasing in token order are monotone too: the causal sum runs
     falling = factors.DistanceBias(xi=jnp.arange(n)[::-1] / n, slope=jnp.asarray(2.0))
     k = kernel(falling)

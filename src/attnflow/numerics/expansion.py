@@ -132,6 +132,15 @@ def _rank_for(kernel: Kernel, d: int, normalization: str, tolerance: float) -> i
     return r
 
 
+def check(kernel: Kernel, d: int, *, normalization: str, causal: bool, tolerance: float) -> int:
+    """Every validation of the expansion path, before tracing (to call where the field is made);
+    returns the rank, for the run's record."""
+    _check(kernel, d, normalization, tolerance)
+    if causal and isinstance(kernel.factor, factors.DistanceBias):
+        _monotone_direction(kernel.factor.xi)
+    return _rank_for(kernel, d, normalization, tolerance)
+
+
 def _check(kernel: Kernel, d: int, normalization: str, tolerance: float) -> int:
     factor = kernel.factor
     if not isinstance(factor, SUPPORTED_FACTORS):
