@@ -1,0 +1,318 @@
+"""Attention sums and the energy in ``O(n R d)`` by a polynomial expansion of the kernel, with an
+error chosen in advance: the same contract as ``attention_sum`` and ``energy``
+(``attnflow.numerics.summation``) to within ``tolerance``.
+
+The kernel ``e^{β(s−1)}`` is replaced by ``p_L(s) = Σ_α weight_α u^α v^α``
+(``attnflow.numerics.polynomial_features``), so that
+
+    Σ_j w_ij p_L(⟨u_i, u_j⟩) y_j = Σ_t a_it F(u_i) · [weight ⊙ Σ_j a_jt F(u_j) y_jᵀ]
+
+for a factor with label terms ``w_ij = Σ_t a_it a_jt``: none (``a = 1``), Toeplitz cosine
+(``a = (cos ωξ, sin ωξ)``, two terms). The moments ``M_t = Σ_j a_jt F(u_j) y_jᵀ`` (``R × d'``) are
+accumulated over chunks of tokens, so memory is ``O(n d + chunk · R)``.
+
+Prefix sums (``_prefix_sum``) serve the causal masks (token order) and the distance bias
+``w = e^{−m|ξ_i − ξ_j|}`` (label order; the sum splits into ``j`` before ``i`` and ``j`` after ``i``,
+each a linear recurrence ``S ← e^{−m Δξ} S + F(u_j) y_jᵀ`` with decays ``<= 1``). They run over
+chunks of ``PREFIX_CHUNK`` tokens: pairs inside a chunk are summed exactly (a small dense block),
+pairs across chunks through the carried moments. Unsorted labels are sorted by a permutation.
+A causal sum with the distance bias needs labels monotone in token order.
+
+``"sa"``: the denominators are the same sum with value 1 (a column of ones). The linear profile has
+``φ' = c``: degree 0, exact.
+
+Error (``expansion_degree``): with ``ε = tail_bound(β, L)`` the kernel error for ``|s| <= SHELL``,
+- "usa": ``|Δg_i| <= ε · φ'(1) · max_j |y_j|`` (``|w| <= 1`` for the supported factors): the
+  tolerance is relative to the field's scale ``φ'(1) max|y|``;
+- "sa": the relative kernel error is at most ``ε e^{β(1+SHELL)}``, and
+  ``|Δg_i| <= 2 ε_rel / (1 − ε_rel) · max_j |y_j|`` (``w >= 0``);
+- energy: ``|ΔE| <= ε · φ'(1) / (2β)``, relative to the energy's scale ``φ'(1)/(2β)``.
+Round-off adds a few ulps of the same scales.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from attnflow.core import factors
+from attnflow.core.kernel import Kernel
+from attnflow.numerics import polynomial_features as pf
+
+NORMALIZATIONS = ("usa", "sa")
+INTERACTIONS = ("auto", "exact", "expansion")
+SUPPORTED_FACTORS = (factors.NoFactor, factors.DistanceBias, factors.ToeplitzCos)
+MAX_RANK = 10_000  # features per token; past this the exact path is the way
+PREFIX_CHUNK = 128  # tokens per chunk of a prefix sum (exact pairs inside a chunk)
+CHUNK_ENTRIES = 2**18  # chunk · R of the moment accumulation (2 MB in float64)
+EXP_COST = 20.0  # one exponential in multiply-adds, for the cost model
+
+
+def expansion_degree(beta: float, tolerance: float, *, kind: str = "exp", normalization: str = "usa") -> int:
+    """The smallest degree ``L`` whose closed-form tail bound meets ``tolerance`` (see the module
+    docstring for what it bounds). ``kind`` "linear": 0 (the kernel is constant)."""
+    if not 0.0 < tolerance < 1.0:
+        raise ValueError(f"expansion: `tolerance` must be in (0, 1); got {tolerance!r}.")
+    if normalization not in NORMALIZATIONS:
+        raise ValueError(
+            f"expansion: `normalization` must be one of {NORMALIZATIONS}; got {normalization!r}."
+        )
+    if kind == "linear":
+        return 0
+    target = tolerance
+    if normalization == "sa":
+        target = tolerance / (2.0 + tolerance) * math.exp(-beta * (1.0 + pf.SHELL))
+    for degree in range(pf.MAX_DEGREE + 1):
+        if pf.tail_bound(beta, degree) <= target:
+            return degree
+    raise ValueError(
+        f"expansion: `tolerance` must be reachable with degree <= {pf.MAX_DEGREE} at beta = {beta:g}; "
+        f"got {tolerance!r}. Use interaction 'exact'."
+    )
+
+
+def expansion_rank(
+    d: int, beta: float, tolerance: float, *, kind: str = "exp", normalization: str = "usa"
+) -> int:
+    """Features per token, ``C(L + d, d)`` with ``L = expansion_degree(...)``."""
+    return pf.rank(d, expansion_degree(beta, tolerance, kind=kind, normalization=normalization))
+
+
+def expansion_cost(n: int, d: int, rank: int, *, terms: int = 1, prefix: bool = False, dv: int = 4) -> float:
+    """Multiply-adds of one expansion sum: features, moments and contraction per token (``terms``
+    label terms; two passes for the distance bias), plus the exact pairs inside the chunks of a
+    prefix sum."""
+    per_token = rank * (d + 2 * terms * dv)
+    if prefix:
+        per_token = 2 * per_token + PREFIX_CHUNK * (d + EXP_COST + dv)
+    return n * per_token
+
+
+def exact_cost(n: int, d: int, *, dv: int = 4) -> float:
+    """Multiply-adds of one exact sum by symmetric tiles: ``n²/2`` pairs."""
+    return 0.5 * n * n * (d + EXP_COST + 2 * dv)
+
+
+def prefer_expansion(kernel: Kernel, d: int, *, normalization: str, causal: bool, tolerance: float) -> bool:
+    """The choice of ``interaction = "auto"``: the expansion when it is supported and its cost model
+    is below the exact one."""
+    factor = kernel.factor
+    if not isinstance(factor, SUPPORTED_FACTORS):
+        return False
+    try:
+        r = _rank_for(kernel, d, normalization, tolerance)
+    except ValueError:
+        return False
+    terms = 2 if isinstance(factor, factors.ToeplitzCos) else 1
+    prefix = causal or isinstance(factor, factors.DistanceBias)
+    return expansion_cost(kernel.n, d, r, terms=terms, prefix=prefix) < exact_cost(kernel.n, d)
+
+
+def _beta(kernel: Kernel) -> float:
+    try:
+        return float(kernel.profile.beta)
+    except jax.errors.ConcretizationTypeError:
+        raise ValueError(
+            "expansion: `beta` must be a concrete number (the degree is chosen from it before tracing); "
+            "got a traced value. Close over the kernel instead of passing it through jit."
+        ) from None
+
+
+def _rank_for(kernel: Kernel, d: int, normalization: str, tolerance: float) -> int:
+    r = expansion_rank(d, _beta(kernel), tolerance, kind=kernel.profile.kind, normalization=normalization)
+    if r > MAX_RANK:
+        raise ValueError(
+            f"expansion: `d` must be small enough for the tolerance (rank C(L + d, d) <= {MAX_RANK}); "
+            f"got d = {d}, rank {r} at beta = {_beta(kernel):g}, tolerance {tolerance:g}. "
+            "Use interaction 'exact' or a larger tolerance."
+        )
+    return r
+
+
+def check(kernel: Kernel, d: int, *, normalization: str, causal: bool, tolerance: float) -> int:
+    """Every validation of the expansion path, before tracing (to call where the field is made);
+    returns the rank, for the run's record."""
+    _check(kernel, d, normalization, tolerance)
+    if causal and isinstance(kernel.factor, factors.DistanceBias):
+        _monotone_direction(kernel.factor.xi)
+    return _rank_for(kernel, d, normalization, tolerance)
+
+
+def _check(kernel: Kernel, d: int, normalization: str, tolerance: float) -> int:
+    factor = kernel.factor
+    if not isinstance(factor, SUPPORTED_FACTORS):
+        raise ValueError(
+            "expansion: `factor` must be none, distance_bias or toeplitz_cos (a matrix factor has no "
+            f"low-rank label structure; use interaction 'exact'); got {type(factor).__name__}."
+        )
+    if normalization == "sa" and not factor.nonnegative:
+        raise ValueError(
+            "expansion: `normalization` 'sa' requires a non-negative factor; "
+            f"got the sign-changing factor {type(factor).__name__}."
+        )
+    degree = expansion_degree(_beta(kernel), tolerance, kind=kernel.profile.kind, normalization=normalization)
+    _rank_for(kernel, d, normalization, tolerance)
+    return degree
+
+
+class _Plan:
+    """The static pieces of one expansion: the degree and the weights ``(R,)`` of the features."""
+
+    def __init__(self, beta: float, degree: int, d: int, dtype):
+        exponents = pf.monomial_exponents(d, degree)
+        coefficients = pf.monomial_coefficients(beta, degree) if degree else np.ones(1)
+        self.degree = degree
+        self.weights = jnp.asarray(pf.feature_weights(exponents, coefficients), dtype)
+        self.rank = exponents.shape[0]
+
+    def features(self, u):
+        return pf.monomial_features(u, self.degree)
+
+
+def _label_terms(factor, n: int, dtype) -> jax.Array:
+    """``a (n, T)`` with ``w_ij = Σ_t a_it a_jt`` (times the decay of the distance bias)."""
+    if isinstance(factor, factors.ToeplitzCos):
+        angle = factor.omega * factor.xi
+        return jnp.stack([jnp.cos(angle), jnp.sin(angle)], axis=1).astype(dtype)
+    return jnp.ones((n, 1), dtype)
+
+
+def _chunked(a: jax.Array, chunk: int, *, edge: bool = False) -> jax.Array:
+    """``a (n, ...)`` padded to whole chunks (zeros, or the last entry when ``edge``), ``(m, chunk, ...)``."""
+    pad = -a.shape[0] % chunk
+    widths = [(0, pad)] + [(0, 0)] * (a.ndim - 1)
+    padded = jnp.pad(a, widths, mode="edge" if edge else "constant")
+    return padded.reshape(-1, chunk, *a.shape[1:])
+
+
+def _spread(a: jax.Array, y: jax.Array) -> jax.Array:
+    """``[a_1 y, …, a_T y]``, ``(c, T d')``: the values of each label term side by side."""
+    return (a[:, :, None] * y[:, None, :]).reshape(y.shape[0], -1)
+
+
+def _gather(a: jax.Array, z: jax.Array) -> jax.Array:
+    """``Σ_t a_t z_t`` for ``z = [z_1, …, z_T]`` of shape ``(c, T d')``."""
+    return jnp.sum(a[:, :, None] * z.reshape(z.shape[0], a.shape[1], -1), axis=1)
+
+
+def _global_sum(plan: _Plan, u, y, a) -> jax.Array:
+    """``g_i = Σ_j Σ_t a_it a_jt p_L(⟨u_i,u_j⟩) y_j`` over all pairs, by the moments
+    ``M = Σ_j F(u_j)ᵀ [a_j1 y_j, …, a_jT y_j]`` accumulated over chunks."""
+    n = u.shape[0]
+    chunk = int(min(n, max(64, CHUNK_ENTRIES // plan.rank)))
+    chunks = (_chunked(u, chunk), _chunked(y, chunk), _chunked(a, chunk))
+
+    def accumulate(moments, c):
+        uc, yc, ac = c
+        return moments + plan.features(uc).T @ _spread(ac, yc), None
+
+    init = jnp.zeros((plan.rank, a.shape[1] * y.shape[1]), u.dtype)
+    moments, _ = jax.lax.scan(accumulate, init, chunks)
+    moments = moments * plan.weights[:, None]
+    out = jax.lax.map(lambda c: _gather(c[2], plan.features(c[0]) @ moments), chunks)
+    return out.reshape(-1, y.shape[1])[:n]
+
+
+def _prefix_sum(plan: _Plan, profile, u, y, a, zeta, slope, *, strict: bool) -> jax.Array:
+    """``g_k = Σ_{l <= k} e^{−m(ζ_k − ζ_l)} Σ_t a_kt a_lt K(u_k, u_l) y_l`` in processing order
+    (``l < k`` when ``strict``), for ``ζ`` non-decreasing; ``K`` is exact inside a chunk and
+    ``p_L`` across chunks (carried moments, rescaled by the decay to the chunk's last label)."""
+    n = u.shape[0]
+    c = PREFIX_CHUNK
+    chunks = (_chunked(u, c), _chunked(y, c), _chunked(a, c), _chunked(zeta, c, edge=True))
+    local = jnp.arange(c)
+    below = local[None, :] < local[:, None] if strict else local[None, :] <= local[:, None]
+
+    def step(carry, chunk):
+        moments, zeta_ref = carry
+        uc, yc, ac, zc = chunk
+        features = plan.features(uc)
+        into = ac * jnp.exp(-slope * (zc - zeta_ref))[:, None]
+        across = _gather(into, features @ (moments * plan.weights[:, None]))
+        gap = jnp.maximum(zc[:, None] - zc[None, :], 0.0)
+        w = jnp.where(below, (ac @ ac.T) * jnp.exp(-slope * gap), 0.0)
+        inside = (w * profile.dphi_unit(uc @ uc.T).astype(u.dtype)) @ yc
+        zeta_last = zc[-1]
+        out_of = ac * jnp.exp(-slope * (zeta_last - zc))[:, None]
+        moments = jnp.exp(-slope * (zeta_last - zeta_ref)) * moments + features.T @ _spread(out_of, yc)
+        return (moments, zeta_last), across + inside
+
+    init = (jnp.zeros((plan.rank, a.shape[1] * y.shape[1]), u.dtype), zeta[0])
+    _, out = jax.lax.scan(step, init, chunks)
+    return out.reshape(-1, y.shape[1])[:n]
+
+
+def _monotone_direction(xi) -> float:
+    """+1 if the labels are non-decreasing in token order, −1 if non-increasing (a causal sum with
+    the distance bias runs over both orders at once only then)."""
+    try:
+        steps = np.diff(np.asarray(xi))
+    except jax.errors.TracerArrayConversionError:
+        raise ValueError(
+            "expansion: the distance-bias labels must be concrete for a causal sum; got traced labels."
+        ) from None
+    if np.all(steps >= 0):
+        return 1.0
+    if np.all(steps <= 0):
+        return -1.0
+    raise ValueError(
+        "expansion: `causal` with the distance bias must have labels monotone in token order; "
+        "got unsorted labels. Use interaction 'exact'."
+    )
+
+
+def _kernel_sum(plan: _Plan, kernel: Kernel, u, y, *, causal: bool) -> jax.Array:
+    """``Σ_j w_ij K(u_i, u_j) y_j`` (``j <= i`` when causal), unnormalised."""
+    factor = kernel.factor
+    n = u.shape[0]
+    a = _label_terms(factor, n, u.dtype)
+    if not isinstance(factor, factors.DistanceBias):
+        if not causal:
+            return _global_sum(plan, u, y, a)
+        return _prefix_sum(plan, kernel.profile, u, y, a, jnp.zeros(n, u.dtype), 0.0, strict=False)
+    slope = factor.slope.astype(u.dtype)
+    if causal:
+        zeta = _monotone_direction(factor.xi) * factor.xi.astype(u.dtype)
+        return _prefix_sum(plan, kernel.profile, u, y, a, zeta, slope, strict=False)
+    order = jnp.argsort(factor.xi)
+    zeta = factor.xi.astype(u.dtype)[order]
+    us, ys = u[order], y[order]
+    before = _prefix_sum(plan, kernel.profile, us, ys, a, zeta, slope, strict=False)
+    after = _prefix_sum(plan, kernel.profile, us[::-1], ys[::-1], a, -zeta[::-1], slope, strict=True)
+    return jnp.zeros_like(y).at[order].set(before + after[::-1])
+
+
+def expansion_sum(
+    kernel: Kernel,
+    u: jax.Array,
+    values: jax.Array,
+    *,
+    normalization: str = "usa",
+    causal: bool = False,
+    tolerance: float = 1e-10,
+) -> jax.Array:
+    """``attention_sum(kernel, u, values, normalization=..., causal=...)`` to within ``tolerance``
+    of its scale (``φ'(1) max|values|`` for "usa", ``max|values|`` for "sa"), in ``O(n R d)``."""
+    n, dv = values.shape
+    degree = _check(kernel, u.shape[1], normalization, tolerance)
+    plan = _Plan(_beta(kernel), degree, u.shape[1], u.dtype)
+    y = values.astype(u.dtype)
+    if normalization == "sa":
+        with_ones = jnp.concatenate([y, jnp.ones((n, 1), u.dtype)], axis=1)
+        summed = _kernel_sum(plan, kernel, u, with_ones, causal=causal)
+        return summed[:, :dv] / summed[:, dv:]
+    return _kernel_sum(plan, kernel, u, y, causal=causal) * (kernel.profile.scale / n).astype(u.dtype)
+
+
+def expansion_energy(kernel: Kernel, x: jax.Array, *, tolerance: float = 1e-10) -> jax.Array:
+    """``energy(kernel, x)`` to within ``tolerance · φ'(1)/(2β)`` (exp) or exactly (linear)."""
+    u = kernel.gauge.apply(x)
+    n = u.shape[0]
+    if kernel.profile.kind == "linear":  # φ(s) = c s: E = (1/2n) Σ_i ⟨u_i, (c/n) Σ_j w_ij u_j⟩
+        g = expansion_sum(kernel, u, u, tolerance=tolerance)
+        return jnp.sum(u * g) / (2.0 * n)
+    g = expansion_sum(kernel, u, jnp.ones((n, 1), u.dtype), tolerance=tolerance)
+    return jnp.sum(g) / (2.0 * n * kernel.profile.beta.astype(u.dtype))

@@ -1,0 +1,115 @@
+"""A polynomial of the logit, ``p_L(s) ≈ e^{β(s−1)}``, and its monomial features: the low-rank
+factorisation behind ``attnflow.numerics.expansion``.
+
+The kernel ``φ'(s)/φ'(1) = e^{β(s−1)}`` is replaced by the Chebyshev truncation of degree ``L`` on
+``|s| <= a`` (``a = SHELL``)::
+
+    e^{β(s−1)} = e^{−β} [I_0(βa) + 2 Σ_{k≥1} I_k(βa) T_k(s/a)],
+
+written in the monomial basis ``p_L(s) = Σ_{k≤L} c_k s^k`` (the economised polynomial). Its
+error is at most the coefficient tail ``2 e^{−β} Σ_{k>L} I_k(βa)``, bounded in closed form by
+``tail_bound`` (from ``I_k(z) <= (z/2)^k / k! · e^{z²/(4(k+1))}``). Then, with the multinomial
+expansion ``⟨u, v⟩^k = Σ_{|α|=k} (k choose α) u^α v^α``,
+
+    p_L(⟨u, v⟩) = Σ_{|α|<=L} weight_α u^α v^α,     weight_α = c_{|α|} (|α| choose α),
+
+a product of features of rank ``R = C(L + d, d)`` (``monomial_exponents``).
+
+Why monomials of the raw logit and not spherical harmonics (rank ``(L+1)²`` in d = 3, ``2L+1`` in
+d = 2): the step-then-renormalise integrators evaluate the field at stage points off the sphere
+(``|x_i| ≠ 1``), where ``e^{β⟨u,v⟩}`` is no longer a function of the angle alone; a harmonic
+expansion would change the field there by ``O(|x| − 1)``, the polynomial of ``s`` does not. The
+bound holds for every pair with ``|⟨u_i, u_j⟩| <= SHELL``, i.e. for ``|x_i| <= SHELL^{1/2}``.
+The monomial coefficients of the economised polynomial are tame: ``Σ_k |c_k| a^k`` stays within a
+few units of ``e^{β(a−1)}`` (so round-off is not amplified), tested.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import scipy.special
+from numpy.polynomial import chebyshev
+
+SHELL = 1.05  # the bound holds for |<u_i, u_j>| <= SHELL: stage points up to |x| = 1.0247
+MAX_DEGREE = 200
+
+
+def tail_bound(beta: float, degree: int, *, shell: float = SHELL) -> float:
+    """Closed-form bound on ``sup_{|s|<=shell} |p_L(s) − e^{β(s−1)}|`` for ``L = degree``.
+
+    ``2 e^{−β} Σ_{k>L} I_k(z)``, ``z = β·shell``, with ``I_k(z) <= (z/2)^k/k! · e^{z²/(4(k+1))}``
+    and the ratio of consecutive bounds at most ``q = z / (2(L+2))`` past ``L + 1`` (a geometric
+    tail while ``q < 1``; ``inf`` otherwise).
+    """
+    z = beta * shell
+    k = degree + 1
+    q = z / (2.0 * (k + 1))
+    if q >= 1.0:
+        return math.inf
+    log_first = k * math.log(z / 2.0) - math.lgamma(k + 1) + z * z / (4.0 * (k + 1)) - beta
+    return 2.0 * math.exp(log_first) / (1.0 - q)
+
+
+def exact_tail(beta: float, degree: int, *, shell: float = SHELL) -> float:
+    """The tail ``2 e^{−β} Σ_{k>L} I_k(β·shell)`` itself (summed with SciPy), to report by how much
+    ``tail_bound`` overestimates it."""
+    z = beta * shell
+    ks = np.arange(degree + 1, degree + 200)
+    return float(2.0 * np.sum(scipy.special.ive(ks, z)) * np.exp(z - beta))
+
+
+def monomial_coefficients(beta: float, degree: int, *, shell: float = SHELL) -> np.ndarray:
+    """``c_0 … c_L`` of ``p_L(s) = Σ c_k s^k``, the degree-``L`` Chebyshev truncation of
+    ``e^{β(s−1)}`` on ``[−shell, shell]``."""
+    z = beta * shell
+    cheb = 2.0 * scipy.special.ive(np.arange(degree + 1), z) * np.exp(z - beta)
+    cheb[0] /= 2.0
+    return chebyshev.cheb2poly(cheb) / shell ** np.arange(degree + 1)
+
+
+def monomial_exponents(d: int, degree: int) -> np.ndarray:
+    """All multi-indices ``α ∈ N^d`` with ``|α| <= degree``, shape ``(C(degree + d, d), d)``, in the
+    order in which ``monomial_features`` builds them: by degree, and within a degree those of degree
+    ``k`` with first variable ``m`` are ``e_m`` + the degree ``k − 1`` ones with variables ``>= m``."""
+    previous = [[np.zeros(d, dtype=int)] for _ in range(d)]  # degree k − 1, variables >= m
+    rows = [np.zeros(d, dtype=int)]
+    for _ in range(degree):
+        current = [None] * d
+        for m in reversed(range(d)):
+            unit = np.eye(d, dtype=int)[m]
+            current[m] = [unit + p for p in previous[m]] + (current[m + 1] if m + 1 < d else [])
+        rows.extend(current[0])
+        previous = current
+    return np.asarray(rows, dtype=int).reshape(-1, d)
+
+
+def feature_weights(exponents: np.ndarray, coefficients: np.ndarray) -> np.ndarray:
+    """``weight_α = c_{|α|} · |α|! / Π α_m!``: ``p_L(⟨u,v⟩) = Σ_α weight_α u^α v^α``."""
+    total = exponents.sum(axis=1)
+    log_multinomial = scipy.special.gammaln(total + 1) - scipy.special.gammaln(exponents + 1).sum(axis=1)
+    return coefficients[total] * np.exp(log_multinomial)
+
+
+def rank(d: int, degree: int) -> int:
+    """The number of features ``C(degree + d, d)``."""
+    return math.comb(degree + d, d)
+
+
+def monomial_features(u: jnp.ndarray, degree: int) -> jnp.ndarray:
+    """``F[i, r] = Π_m u[i, m]^{α_r,m}`` for the exponents ``α = monomial_exponents(d, degree)``,
+    shape ``(n, R)``, degree by degree: the block of degree ``k`` is ``[u_m · B_m]_m``, where ``B_m``,
+    the degree ``k − 1`` monomials in the variables ``>= m``, is a suffix of the previous block."""
+    n, d = u.shape
+    block = jnp.ones((n, 1), u.dtype)
+    blocks = [block]
+    for k in range(1, degree + 1):
+        size = block.shape[1]
+        parts = [
+            u[:, m : m + 1] * block[:, size - math.comb(k - 1 + d - 1 - m, d - 1 - m) :] for m in range(d)
+        ]
+        block = jnp.concatenate(parts, axis=1)
+        blocks.append(block)
+    return jnp.concatenate(blocks, axis=1)
