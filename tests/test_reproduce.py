@@ -159,6 +159,7 @@ def _assert_png(path: Path) -> None:
     assert len(data) > 1024, path  # a real figure, not an empty canvas
 
 
+@pytest.mark.slow  # about 1.5 min alone, several under load
 def test_reproduce_quick_passes_every_expectation_and_writes_the_report(tmp_path):
     out = tmp_path / "rep"
     result = invoke("reproduce", "--quick", "--out", str(out))
