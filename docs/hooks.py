@@ -297,9 +297,9 @@ def cli_reference() -> str:
 
 
 def _clean(text: str) -> str:
-    """Drop references to outside documents from a comment (``SPEC §6 E1:``, ``(§3.1)``)."""
-    text = re.sub(r"SPEC\s*§[\d.]+\s*(E\d+)?\s*(\(§[\d.]+\))?:?\s*", "", text)
-    return re.sub(r"\s*\(§[\d.]+\)", "", text).strip()
+    """Drop references to outside documents from a comment (``SPEC §6 E1:``, ``(SPEC §1.1)``, ``(§3.1)``)."""
+    text = re.sub(r"\s*\((SPEC\s*)?§[\d.]+\)", "", text)
+    return re.sub(r"SPEC\s*§[\d.]+\s*(E\d+)?:?\s*", "", text).strip()
 
 
 def header_comment(source: str) -> str:
@@ -341,10 +341,9 @@ def experiment_page(experiment: Any, source: str) -> str:
         lines += ["## Configuration", "", "Set on top of the defaults (model.n and init.seed per run):", ""]
         lines += ["```toml"]
         for section, values in e.config.items():
-            lines.append(f"[{section}]")
-            lines += [f"{k} = {json.dumps(v)}" for k, v in values.items()]
-            lines.append("")
-        lines += ["```", ""]
+            lines += [f"[{section}]", *(f"{k} = {json.dumps(v)}" for k, v in values.items()), ""]
+        lines[-1] = "```"
+        lines.append("")
     else:
         lines += ["## Realisation parameters", "", "| parameter | value |", "|---|---|"]
         lines += [f"| `{k}` | `{json.dumps(v)}` |" for k, v in e.realize.items()] + [""]
