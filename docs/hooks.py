@@ -267,9 +267,8 @@ def cli_reference() -> str:
         "# Command-line reference",
         "",
         "Generated at build time from the `attnflow` command itself (also `python -m attnflow`).",
-        "Every command prints bad input as one line on stderr and exits with code 2, writing nothing.",
-        "Exit codes: 0 done as asked; 1 `reproduce` finished but an expectation failed; 2 bad input;",
-        "3 a run started but did not finish as asked.",
+        "",
+        (group.help or "").strip(),
         "",
     ]
     top = [p for p in group.params if not p.hidden and p.name != "help"]
