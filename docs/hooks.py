@@ -295,6 +295,9 @@ def cli_reference() -> str:
 # --- experiment pages -------------------------------------------------------------------------------
 
 
+FIGURES = Path(__file__).resolve().parent / "figures"  # docs/figures/E1.png, E1_a.svg, ... shown when present
+
+
 def _clean(text: str) -> str:
     """Drop references to outside documents from a comment (``SPEC §6 E1:``, ``(SPEC §1.1)``, ``(§3.1)``)."""
     text = re.sub(r"\s*\((SPEC\s*)?§[\d.]+\)", "", text)
@@ -369,6 +372,10 @@ def experiment_page(experiment: Any, source: str) -> str:
         cells = [x.text, f"`{x.metric}`", _bound_text(x), scope, ", ".join(where) or "final state"]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     lines += ["", f"Run it alone: `attnflow reproduce --only {e.id}`.", ""]
+    figures = sorted(p for p in FIGURES.glob(f"{e.id}[._]*") if p.suffix in (".png", ".svg"))
+    if figures:
+        lines += ["## Figures", ""]
+        lines += [f"![{e.id}: {p.stem}](../figures/{p.name})" for p in figures] + [""]
     return "\n".join(lines)
 
 

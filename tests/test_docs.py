@@ -107,6 +107,15 @@ def test_one_page_per_experiment_with_setting_expectations_and_why():
         assert f"[{e.id}]({e.id}.md)" in pages["experiments/index.md"]
 
 
+def test_experiment_page_shows_its_figures_when_present(tmp_path, monkeypatch):
+    (tmp_path / "E1_a.png").write_bytes(b"")
+    (tmp_path / "E10.png").write_bytes(b"")  # another experiment's figure
+    monkeypatch.setattr(hooks, "FIGURES", tmp_path)
+    pages = hooks.experiment_pages()
+    assert "![E1: E1_a](../figures/E1_a.png)" in pages["experiments/E1.md"]
+    assert "E10.png" not in pages["experiments/E1.md"] and "## Figures" not in pages["experiments/E2.md"]
+
+
 def test_pages_stand_alone():
     generated = hooks.generated_pages()
     written = {p.name: p.read_text(encoding="utf-8") for p in DOCS.rglob("*.md")}
