@@ -1,10 +1,10 @@
-"""Target laws of the realisation constructions (SPEC §3, E7, E8), NumPy/SciPy at the edge.
+"""Target laws of the realisation constructions (experiments E7 and E8), NumPy/SciPy at the edge.
 
 - Angle laws on ``[0, 2π)`` with a ``cdf`` (``cdf(0) = 0``, ``cdf(2π) = 1``) and its inverse ``ppf``:
   :class:`VonMisesMixture` (exact Fourier-series CDF), :class:`EmpiricalAngleLaw` (samples,
   interpolated CDF), :class:`QuantileLaw` (a bare quantile function); :func:`as_angle_law` turns
   any of those inputs into a law.
-- :func:`spherical_mixture_samples`: the three-blob von Mises–Fisher target on ``S^2`` of SPEC E8.
+- :func:`spherical_mixture_samples`: the three-blob von Mises–Fisher target on ``S^2`` of experiment E8.
 
 Randomness comes from an explicit seed, NumPy ``Generator`` or JAX key (:func:`make_rng`).
 """
@@ -237,7 +237,7 @@ def quadrature_cdf(pdf: Callable[[np.ndarray], np.ndarray], *, points: int = QUA
 
 
 def spherical_mixture_samples(seed, n: int) -> np.ndarray:
-    """``n`` points of the SPEC E8 target on ``S^2``: three von Mises–Fisher blobs.
+    """``n`` points of the experiment E8 target on ``S^2``: three von Mises–Fisher blobs.
 
     Means ``(0.6, 0, 0.8)``, ``(−0.5, 0.7, −0.1)/|·|``, ``(−0.3, −0.8, −0.5)/|·|``, concentrations
     ``30, 12, 50``, weights ``0.5, 0.3, 0.2``. Exact vMF sampling on ``S^2``: the cosine to the
