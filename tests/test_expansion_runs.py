@@ -18,7 +18,11 @@ from typer.testing import CliRunner
 from attnflow.cli import app
 from attnflow.core import factors, gauges, sphere
 from attnflow.core.kernel import Kernel, make_profile
+from attnflow.io.config import apply_overrides, config_from_dict
 from attnflow.numerics import dynamics, expansion
+from attnflow.numerics.solve import solve
+from attnflow.workflows.build import build
+from attnflow.workflows.experiments import load_experiments
 
 SMALL = """
 [model]
@@ -151,3 +155,25 @@ def test_bad_solver_options_exit_2_naming_the_key(config_file, tmp_path, key, va
     result = _invoke("run", str(config_file), "--out", str(tmp_path / "run"), "--set", f"{key}={value}")
     assert result.exit_code == 2, result.output
     assert key in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def _paper_config(experiment_id: str, variant_index: int, n: int, interaction: str):
+    experiment = load_experiments([experiment_id])[0]
+    variant = experiment.variants[variant_index]
+    overrides = [f"model.n={n}", *variant.overrides, f'solver.interaction="{interaction}"']
+    return config_from_dict(apply_overrides(experiment.config, overrides), where=experiment_id)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("experiment_id,variant_index", [("E1", 0), ("E1", 1), ("E2", 0)])
+def test_paper_trajectories_match_the_exact_path(experiment_id, variant_index):
+    finals = {}
+    for interaction in ("exact", "expansion"):
+        sim = build(_paper_config(experiment_id, variant_index, 256, interaction))
+        assert sim.interaction == interaction
+        trajectory = solve(sim.field, sim.x0, integrator=sim.integrator, dt=sim.dt, t_end=sim.t_end,
+                           save_every=sim.save_every)  # fmt: skip
+        assert trajectory.status == "ok" and trajectory.ts[-1] == pytest.approx(20.0)
+        finals[interaction] = np.asarray(trajectory.xs[-1])
+    # field errors of 1e-10 of its scale per step, integrated over tau = 20 of a contracting flow
+    assert np.max(np.abs(finals["expansion"] - finals["exact"])) <= 1e-8
