@@ -38,12 +38,10 @@ def make_kernel(n: int, d: int, beta: float) -> Kernel:
 
 
 def expansion_field(kernel: Kernel, *, normalization: str = "usa", tolerance: float):
-    def field(x):
-        u = kernel.gauge.apply(x)
-        g = expansion.expansion_sum(kernel, u, u, normalization=normalization, tolerance=tolerance)
-        return sphere.project(x, kernel.gauge.apply_transpose(g))
-
-    return field
+    """The wired path: ``make_vector_field(..., interaction="expansion")``."""
+    return dynamics.make_vector_field(
+        kernel, normalization=normalization, interaction="expansion", tolerance=tolerance
+    )
 
 
 def rk4_step(field):

@@ -166,6 +166,16 @@ def _generators_fit(config) -> None:
         )
 
 
+def _expansion_has_label_structure(config) -> None:
+    if config.solver.interaction == "expansion" and config.factor.kind == "file":
+        raise ConfigError.from_parts(
+            "solver.interaction",
+            "'exact' or 'auto' when `factor.kind` = 'file'",
+            config.solver.interaction,
+            hint="A factor matrix read from a file has no low-rank label structure for the expansion.",
+        )
+
+
 RULES: tuple[Callable[[Any], None], ...] = (
     _file_kinds_have_paths,
     _cap_center_has_d_entries,
@@ -175,6 +185,7 @@ RULES: tuple[Callable[[Any], None], ...] = (
     _softmax_has_nonnegative_factor,
     _rope_frequencies_fit,
     _generators_fit,
+    _expansion_has_label_structure,
 )
 
 

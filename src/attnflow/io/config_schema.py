@@ -136,6 +136,19 @@ class SolverConfig(_Frozen):
     atol: PositiveFloat = 1e-10
     dtype: Literal["float64", "float32"] = "float64"
     block_size: Annotated[int, Ge(1)] | None = None
+    interaction: Literal["auto", "exact", "expansion"] = Field(
+        "exact",
+        description="how the attention sums are computed: 'exact' (all n^2 pairs), 'expansion' "
+        "(O(n) by a polynomial of the logit, within `tolerance`; factors none, distance_bias, "
+        "toeplitz_cos), or 'auto' (the expansion where its cost model says it is cheaper)",
+    )
+    tolerance: float = Field(
+        1e-10,
+        gt=0,
+        lt=1,
+        description="the expansion's error bound, relative to the field's scale (interaction "
+        "'expansion' or 'auto' only)",
+    )
 
 
 class Config(_Frozen):

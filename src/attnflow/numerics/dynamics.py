@@ -8,6 +8,13 @@ see them. Options:
 - ``causal``: token ``i`` sees ``j ≤ i`` only (not a gradient flow).
 - ``value``: "gradient" (value ``Q(ξ_i)ᵀQ(ξ_j)``: the gradient flow of the energy) or
   "logits_only" (the rotation only inside the logits, value ``x_j``; not a gradient flow).
+- ``interaction``: how the attention sums are computed. "exact" (``attention_sum``: ``n²``
+  kernel entries, dense or in tiles of ``block_size``), "expansion" (``expansion_sum``: ``O(n R d)``
+  by a polynomial of the logit of rank ``R``, within ``tolerance`` of the field's scale; for the
+  factors none, distance bias and Toeplitz cosine), or "auto" (the expansion where its cost model
+  says it is cheaper, see ``attnflow.numerics.expansion.prefer_expansion``). "auto" is resolved
+  when the field is made: the field's ``interaction`` is the path that runs, its ``rank`` the
+  number of features (``None`` for "exact").
 
 ``noise_increment`` is the stochastic part ``sqrt(2 noise dt) P_x dW`` of the Stratonovich SDE on
 the sphere (the solver renormalises after adding it).
@@ -23,9 +30,11 @@ import jax.numpy as jnp
 
 from attnflow.core.kernel import Kernel
 from attnflow.core.sphere import project
+from attnflow.numerics import expansion
 from attnflow.numerics.summation import attention_sum
 
 VALUES = ("gradient", "logits_only")
+PATHS = ("exact", "expansion")  # what runs; "auto" chooses one of them in make_vector_field
 VectorField = Callable[[jax.Array], jax.Array]
 
 
@@ -41,6 +50,8 @@ class AttentionField:
     causal: bool = False
     value: str = "gradient"
     block_size: int | None = None
+    interaction: str = "exact"
+    tolerance: float = 1e-10
 
     def __post_init__(self) -> None:
         if self.value not in VALUES:
@@ -50,15 +61,40 @@ class AttentionField:
                 "dynamics: `normalization` 'sa' requires a non-negative factor (softmax weights); "
                 f"got the sign-changing factor {type(self.kernel.factor).__name__}."
             )
+        if self.interaction not in PATHS:
+            raise ValueError(
+                f"dynamics: `interaction` must be one of {PATHS} (make_vector_field resolves 'auto'); "
+                f"got {self.interaction!r}."
+            )
+        if self.interaction == "expansion":
+            _ = self.rank  # every validation of the expansion, once, before any tracing
+
+    @property
+    def rank(self) -> int | None:
+        """Features per token of the expansion (``None`` for the exact path)."""
+        if self.interaction == "exact":
+            return None
+        return expansion.check(
+            self.kernel,
+            self.kernel.gauge.d,
+            normalization=self.normalization,
+            causal=self.causal,
+            tolerance=self.tolerance,
+        )
+
+    def _sum(self, u: jax.Array, values: jax.Array) -> jax.Array:
+        options = dict(normalization=self.normalization, causal=self.causal)
+        if self.interaction == "expansion":
+            return expansion.expansion_sum(self.kernel, u, values, tolerance=self.tolerance, **options)
+        return attention_sum(self.kernel, u, values, block_size=self.block_size, **options)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         gauge = self.kernel.gauge
-        options = dict(normalization=self.normalization, causal=self.causal, block_size=self.block_size)
         u = gauge.apply(x)
         if self.value == "gradient":
-            g = gauge.apply_transpose(attention_sum(self.kernel, u, u, **options))
+            g = gauge.apply_transpose(self._sum(u, u))
         else:
-            g = attention_sum(self.kernel, u, x, **options)
+            g = self._sum(u, x)
         return project(x, g)
 
 
@@ -69,10 +105,31 @@ def make_vector_field(
     causal: bool = False,
     value: str = "gradient",
     block_size: int | None = None,
+    interaction: str = "exact",
+    tolerance: float = 1e-10,
 ) -> AttentionField:
-    """The vector field of the USA-AV dynamics for ``kernel`` (``AttentionField``)."""
+    """The vector field of the USA-AV dynamics for ``kernel`` (``AttentionField``); "auto" becomes
+    "expansion" or "exact" here, by ``expansion.prefer_expansion``. A bad combination for the
+    expansion (a matrix factor, ``d`` too large for the tolerance, ...) is a ``ValueError`` here."""
+    if interaction not in expansion.INTERACTIONS:
+        raise ValueError(
+            f"dynamics: `interaction` must be one of {expansion.INTERACTIONS}; got {interaction!r}."
+        )
+    if not 0.0 < tolerance < 1.0:
+        raise ValueError(f"dynamics: `tolerance` must be in (0, 1); got {tolerance!r}.")
+    if interaction == "auto":
+        cheaper = expansion.prefer_expansion(
+            kernel, kernel.gauge.d, normalization=normalization, causal=causal, tolerance=tolerance
+        )
+        interaction = "expansion" if cheaper else "exact"
     return AttentionField(
-        kernel, normalization=normalization, causal=causal, value=value, block_size=block_size
+        kernel,
+        normalization=normalization,
+        causal=causal,
+        value=value,
+        block_size=block_size,
+        interaction=interaction,
+        tolerance=tolerance,
     )
 
 

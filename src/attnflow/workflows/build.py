@@ -59,6 +59,8 @@ class Simulation:
     noise: float
     key: jax.Array
     block_size: int | None
+    interaction: str = "exact"  # the path that runs ("auto" resolved)
+    rank: int | None = None  # features per token of the expansion; None for "exact"
 
 
 def _fail(key: str, constraint: str, value) -> ConfigError:
@@ -225,13 +227,20 @@ def build(config: Config) -> Simulation:
     profile = make_profile(model.profile, beta=model.beta, time_scale=model.time_scale, dtype=dtype)
     kernel = Kernel(gauge=gauge, factor=make_factor(config, xi, dtype), profile=profile)
     block_size = resolve_block_size(config)
-    field = make_vector_field(
-        kernel,
-        normalization=model.normalization,
-        causal=model.causal,
-        value=model.value,
-        block_size=block_size,
-    )
+    try:
+        field = make_vector_field(
+            kernel,
+            normalization=model.normalization,
+            causal=model.causal,
+            value=model.value,
+            block_size=block_size,
+            interaction=solver.interaction,
+            tolerance=solver.tolerance,
+        )
+    except ValueError as error:  # the expansion's limits (d too large for the tolerance, ...)
+        if solver.interaction == "exact":
+            raise
+        raise ConfigError(f"config: `solver.interaction` = {solver.interaction!r}: {error}") from error
     ratio = solver.dt * float(profile.scale)
     if solver.method != "adaptive" and ratio > 1.0:
         warnings.warn(
@@ -252,4 +261,6 @@ def build(config: Config) -> Simulation:
         noise=model.noise,
         key=jax.random.fold_in(jax.random.key(config.init.seed), 1),  # noise stream
         block_size=block_size,
+        interaction=field.interaction,
+        rank=field.rank,
     )

@@ -100,6 +100,8 @@ def run(config: Config, out_dir: str | os.PathLike, *, progress: Progress | None
         "dtype": config.solver.dtype,
         "backend": jax.default_backend(),
         "block_size": sim.block_size,
+        "interaction": sim.interaction,  # the path that ran ("auto" resolved)
+        "rank": sim.rank,  # features per token of the expansion; null for "exact"
     }
     write_json(out_dir / "metrics.json", summary)
     us = gauge_frames(sim.kernel.gauge, trajectory.xs)
