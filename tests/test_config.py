@@ -144,6 +144,8 @@ def test_defaults_match_spec():
             "atol": 1e-10,
             "dtype": "float64",
             "block_size": None,
+            "interaction": "exact",
+            "tolerance": 1e-10,
         },
     }
 
