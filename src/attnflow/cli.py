@@ -119,23 +119,36 @@ SUMMARY_KEYS = (
 )  # fmt: skip
 
 
+EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
+
+
 @app.command()
 def run(
     config: Annotated[Path, typer.Argument(help="TOML config file.")],
     set_: Annotated[list[str], typer.Option("--set", help="Override, e.g. model.n=128.")] = [],  # noqa: B006
     out: Annotated[Path | None, typer.Option(help="Run folder (default runs/<config hash>).")] = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue the run in --out from its last complete snapshot.")
+    ] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the run in --out.")] = False,
 ) -> None:
     """Run one simulation and write its run folder."""
     from attnflow.io.config import config_hash, load_config
     from attnflow.numerics.lanes import use_cpu_cores
+    from attnflow.workflows.run import RunInterrupted
     from attnflow.workflows.run import run as run_simulation
 
     use_cpu_cores()  # large n: the tile lanes run on every core (results do not depend on it)
-    with user_errors():
-        cfg = load_config(config, set_)
-        out = check_out_folder(out if out is not None else Path("runs") / config_hash(cfg))
-        with progress_bar("simulating") as progress:
-            result = run_simulation(cfg, out, progress=progress)
+    try:
+        with user_errors():
+            cfg = load_config(config, set_)
+            out = check_out_folder(out if out is not None else Path("runs") / config_hash(cfg))
+            with progress_bar("simulating") as progress:
+                result = run_simulation(cfg, out, progress=progress, resume=resume, overwrite=overwrite)
+    except RunInterrupted as stop:
+        say(f"{stop}; metrics.json records status 'interrupted'. Continue with: attnflow run "
+            f"{config} --out {out} --resume")  # fmt: skip
+        raise typer.Exit(code=EXIT_INTERRUPTED) from None
     info = result.metrics["run"]
     rows = {k: result.metrics.get(k) for k in SUMMARY_KEYS}
     rows.update(status=info["status"], steps=info["steps"], wall_time_s=info["wall_time_s"], folder=str(out))
