@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -22,6 +21,7 @@ import numpy as np
 
 from attnflow.core import factors, gauges, sphere
 from attnflow.core.kernel import Kernel, make_profile
+from attnflow.io.arrays import ArrayFileError, load_array
 from attnflow.io.config import Config, ConfigError
 from attnflow.numerics.dynamics import VectorField, make_vector_field
 from attnflow.numerics.integrators import Integrator, make_integrator
@@ -66,11 +66,12 @@ def _fail(key: str, constraint: str, value) -> ConfigError:
 
 
 def _load_array(key: str, path, shape: tuple[int | None, ...] | None = None) -> np.ndarray:
-    """``np.load`` the file named by ``key``; check its shape (``None`` = any size) and finiteness."""
+    """The array of the file named by ``key`` (:func:`attnflow.io.arrays.load_array`); check its
+    shape (``None`` = any size) and finiteness."""
     try:
-        array = np.load(Path(path), allow_pickle=False)
-    except (OSError, ValueError) as error:
-        raise _fail(key, "a readable .npy file", str(path)) from error
+        array = load_array(path)
+    except ArrayFileError as error:
+        raise ConfigError.from_parts(key, error.constraint, error.value) from None
     if shape is None:  # labels: (n,) or (n, k)
         shape = (None,) * array.ndim if array.ndim in (1, 2) else (None, None)
     ok = array.ndim == len(shape) and all(
@@ -190,6 +191,10 @@ def make_initial(config: Config, gauge: gauges.Gauge, dtype) -> jax.Array:
     if init.kind == "equiangular":
         return sphere.equiangular(n, d, init.rho0, dtype=dtype)
     x0 = _load_array("init.path", init.path, (n, d))
+    # Each row scaled by its largest entry first: rows near the float64 maximum (~1e308) would
+    # overflow the norm and become zero rows; the direction is unchanged.
+    largest = np.max(np.abs(x0), axis=1, keepdims=True)
+    x0 = x0 / np.where(largest > 0, largest, 1.0)
     norms = np.linalg.norm(x0, axis=1)
     if np.any(norms == 0):
         raise _fail("init.path", "free of zero rows (points are normalised onto the sphere)", str(init.path))
