@@ -234,17 +234,26 @@ def sweep(
     out: Annotated[Path, typer.Option(help="Sweep folder (runs/<hash>/, results.parquet, results.csv).")],
     set_: Annotated[list[str], typer.Option("--set", help="Override of the base, e.g. model.n=128.")] = [],  # noqa: B006
     scheduler: Annotated[
-        str | None, typer.Option(help="Existing Dask scheduler: tcp://host:port or a scheduler file.")
+        str | None,
+        typer.Option(
+            help="Existing Dask scheduler: tcp://host:port or a scheduler file. It runs code as you "
+            "and its results are unpickled: use only one you trust."
+        ),
     ] = None,
     workers: Annotated[int | None, typer.Option(help="Local worker processes (default: 1 per core).")] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="Run a grid of more than 1000 points.")] = False,
 ) -> None:
     """Run a resumable Cartesian sweep on Dask distributed (finished points are skipped)."""
     from attnflow.io.config import load_config
-    from attnflow.workflows.sweep import parse_grid, plan_sweep, run_sweep
+    from attnflow.workflows.sweep import check_scheduler, parse_grid, plan_sweep, run_sweep
+    from attnflow.workflows.sweep_plan import MAX_POINTS
 
     with user_errors():
         check_out_folder(out)
-        plan = plan_sweep(load_config(config, set_), [parse_grid(spec) for spec in grid])
+        if scheduler is not None:
+            check_scheduler(scheduler)
+        axes = [parse_grid(spec) for spec in grid]
+        plan = plan_sweep(load_config(config, set_), axes, max_points=None if yes else MAX_POINTS)
         with progress_bar("sweep") as progress:
             summary = run_sweep(plan, out, scheduler=scheduler, workers=workers, progress=progress)
     for message, count in summary.warnings.items():
