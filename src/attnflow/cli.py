@@ -9,6 +9,7 @@ Bad input is a ``ValueError`` (``ConfigError`` included); any other exception ke
 from __future__ import annotations
 
 import contextlib
+import errno
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -120,6 +121,7 @@ SUMMARY_KEYS = (
 
 
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
+DISK_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)  # a full, read-only or failing disk
 
 
 @app.command()
@@ -149,6 +151,12 @@ def run(
         say(f"{stop}; metrics.json records status 'interrupted'. Continue with: attnflow run "
             f"{config} --out {out} --resume")  # fmt: skip
         raise typer.Exit(code=EXIT_INTERRUPTED) from None
+    except OSError as error:  # the disk failed the run once started; any other OSError is a bug
+        if error.errno not in DISK_FAILURES:
+            raise
+        say(f"error: {error.strerror} ({error.filename or out}); the run folder keeps every completed "
+            "snapshot and records the status where the disk allowed.")  # fmt: skip
+        raise typer.Exit(code=EXIT_UNFINISHED) from None
     info = result.metrics["run"]
     rows = {k: result.metrics.get(k) for k in SUMMARY_KEYS}
     rows.update(status=info["status"], steps=info["steps"], wall_time_s=info["wall_time_s"], folder=str(out))

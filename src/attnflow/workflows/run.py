@@ -57,6 +57,12 @@ MARKER = ".attnflow-run"  # created exclusively by the run that owns the folder;
 _OWN_ENTRIES = (MARKER, "config.json", "metrics.json", "trajectory.zarr", "figures")
 
 
+def _is_own(name: str) -> bool:
+    """A run's file, or a temporary one a killed write left (``.metrics.json.<hex>.tmp``,
+    ``.trajectory.zarr.<hex>.partial``)."""
+    return name in _OWN_ENTRIES or any(name.startswith(f".{own}.") for own in _OWN_ENTRIES)
+
+
 def _claim_folder(out_dir: Path, *, resume: bool, overwrite: bool) -> int:
     """Make ``out_dir`` this run's: create the marker exclusively (a new run) or open it (resume,
     overwrite), and lock it for the run's lifetime (the lock dies with the process, SIGKILL
@@ -80,7 +86,7 @@ def _claim_folder(out_dir: Path, *, resume: bool, overwrite: bool) -> int:
         os.close(fd)
         raise ConfigError(f"{where} must not be in use; got a folder another run is writing now.") from None
     others = sorted(p.name for p in out_dir.iterdir() if p.name != MARKER)
-    foreign = [name for name in others if name not in _OWN_ENTRIES]
+    foreign = [name for name in others if not _is_own(name)]
     problem = None
     if fresh and others and not (resume or overwrite):
         problem = f"must be a new or empty folder; got {len(others)} entries (not empty)"
