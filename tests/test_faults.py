@@ -247,3 +247,37 @@ def test_two_runs_into_one_folder_exactly_one_succeeds(tmp_path):
     assert refused.count("\n") == 1 and "--out" in refused
     assert read_trajectory(out / "trajectory.zarr").status == "ok"
     assert metrics_of(out)["run"]["status"] == "ok"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")  # a zombie has finished: only its exit status is left
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_workers_of_a_killed_parent_exit():
+    code = (
+        "import time\nfrom attnflow.numerics.batch import run_tasks\n"
+        "list(run_tasks(time.sleep, [(60,), (60,)], workers=2))\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    children_file = Path(f"/proc/{parent.pid}/task/{parent.pid}/children")
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(workers) < 2 and time.monotonic() < deadline:
+            pids = [int(p) for p in children_file.read_text().split()]
+            workers = [p for p in pids if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()]
+            time.sleep(0.2)
+        assert len(workers) == 2, "the two workers never started"
+        time.sleep(1.0)  # let each worker run its initializer and start its task
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+    deadline = time.monotonic() + 10  # the tasks would sleep 60 s: the workers must not wait for them
+    while any(_alive(p) for p in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(p) for p in workers)
