@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from attnflow.io.store import read_trajectory
+from attnflow.workflows.run import MARKER
 
 CONFIG = """
 [model]
@@ -88,15 +89,19 @@ def kill_once(config: Path, out: Path, sig: int, delay: float, reference) -> tup
     intact = True
     if sig == signal.SIGINT and process.returncode == 130:
         lines = stderr.strip().splitlines()
-        metrics = json.loads((out / "metrics.json").read_text())
-        intact &= len(lines) == 1 and lines[0].startswith("interrupted: kept")
-        intact &= metrics["run"]["status"] == "interrupted"
+        intact &= len(lines) == 1
+        if lines[0].startswith("interrupted before the run started"):
+            intact &= not (out / MARKER).exists()  # nothing written
+        else:
+            metrics = json.loads((out / "metrics.json").read_text())
+            intact &= lines[0].startswith("interrupted: kept")
+            intact &= metrics["run"]["status"] == "interrupted"
     store = out / "trajectory.zarr"
-    if store.exists():
-        intact &= same_prefix(read_trajectory(store), reference)
+    if (out / MARKER).exists():  # the run had claimed its folder: continue it
+        intact &= not store.exists() or same_prefix(read_trajectory(store), reference)
         recovery = run("run", str(config), "--out", str(out), "--resume")
-    else:  # killed before the store existed: start again
-        recovery = run("run", str(config), "--out", str(out), "--overwrite")
+    else:  # stopped before it claimed the folder: run it again
+        recovery = run("run", str(config), "--out", str(out))
     intact &= recovery.returncode == 0 and whole(out, reference)
     return intact, stderr + recovery.stderr
 

@@ -146,7 +146,7 @@ def test_resume_of_a_noisy_run_is_refused(config_file, tmp_path):
 
 def test_folder_locked_by_a_running_run_is_refused(tmp_path):
     out = tmp_path / "run"
-    lock = run_module._claim_folder(out, resume=False, overwrite=False)
+    lock, _ = run_module._claim_folder(out, resume=False, overwrite=False)
     try:
         with pytest.raises(ValueError, match="got a run folder"):
             run_module._claim_folder(out, resume=False, overwrite=False)

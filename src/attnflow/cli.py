@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -121,6 +122,27 @@ SUMMARY_KEYS = (
 
 
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
+_INTERRUPTS: list[int] = []  # SIGINTs received by `run` (process state, like the signal handler)
+
+
+def _note_interrupt(signum: int, frame) -> None:  # noqa: ARG001
+    """Ctrl-C while `run` imports and builds: noted, raised at the next safe point (raised here, it
+    could land in a garbage-collector callback, which only prints it)."""
+    _INTERRUPTS.append(signum)
+
+
+def _raising_noted_interrupts(progress):
+    """``progress`` that raises KeyboardInterrupt at the first snapshot after a SIGINT noted while
+    the run was being built (from the folder's claim on, the run handles SIGINT itself)."""
+
+    def call(done: int, total: int) -> None:
+        if _INTERRUPTS:
+            raise KeyboardInterrupt
+        progress(done, total)
+
+    return call
+
+
 DISK_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)  # a full, read-only or failing disk
 
 
@@ -135,21 +157,29 @@ def run(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the run in --out.")] = False,
 ) -> None:
     """Run one simulation and write its run folder."""
-    from attnflow.io.config import config_hash, load_config
-    from attnflow.numerics.lanes import use_cpu_cores
-    from attnflow.workflows.run import RunInterrupted
-    from attnflow.workflows.run import run as run_simulation
-
-    use_cpu_cores()  # large n: the tile lanes run on every core (results do not depend on it)
+    signal.signal(signal.SIGINT, _note_interrupt)  # Ctrl-C while importing and building: noted
     try:
+        from attnflow.io.config import config_hash, load_config
+        from attnflow.numerics.lanes import use_cpu_cores
+        from attnflow.workflows.run import run as run_simulation
+
+        use_cpu_cores()  # large n: the tile lanes run on every core (results do not depend on it)
+        if _INTERRUPTS:
+            raise KeyboardInterrupt
         with user_errors():
             cfg = load_config(config, set_)
+            if _INTERRUPTS:
+                raise KeyboardInterrupt
             out = check_out_folder(out if out is not None else Path("runs") / config_hash(cfg))
             with progress_bar("simulating") as progress:
+                progress = _raising_noted_interrupts(progress)
                 result = run_simulation(cfg, out, progress=progress, resume=resume, overwrite=overwrite)
-    except RunInterrupted as stop:
-        say(f"{stop}; metrics.json records status 'interrupted'. Continue with: attnflow run "
-            f"{config} --out {out} --resume")  # fmt: skip
+    except KeyboardInterrupt as stop:
+        if getattr(stop, "out_dir", None) is None:  # not a RunInterrupted: before the run claimed its folder
+            say("interrupted before the run started: nothing was written.")
+        else:
+            say(f"{stop}; metrics.json records status 'interrupted'. Continue with: attnflow run "
+                f"{config} --out {out} --resume")  # fmt: skip
         raise typer.Exit(code=EXIT_INTERRUPTED) from None
     except OSError as error:  # the disk failed the run once started; any other OSError is a bug
         if error.errno not in DISK_FAILURES:

@@ -63,10 +63,11 @@ def _is_own(name: str) -> bool:
     return name in _OWN_ENTRIES or any(name.startswith(f".{own}.") for own in _OWN_ENTRIES)
 
 
-def _claim_folder(out_dir: Path, *, resume: bool, overwrite: bool) -> int:
+def _claim_folder(out_dir: Path, *, resume: bool, overwrite: bool) -> tuple[int, bool]:
     """Make ``out_dir`` this run's: create the marker exclusively (a new run) or open it (resume,
     overwrite), and lock it for the run's lifetime (the lock dies with the process, SIGKILL
-    included). Returns the locked descriptor. Two runs into one folder: exactly one gets it."""
+    included). Returns the locked descriptor, and whether there is a store to resume (a run stopped
+    before its store existed starts again). Two runs into one folder: exactly one gets it."""
     where = f"run: `--out` {str(out_dir)!r}"
     out_dir.mkdir(parents=True, exist_ok=True)
     marker = out_dir / MARKER
@@ -92,18 +93,19 @@ def _claim_folder(out_dir: Path, *, resume: bool, overwrite: bool) -> int:
         problem = f"must be a new or empty folder; got {len(others)} entries (not empty)"
     elif foreign and (overwrite or not fresh):
         problem = f"must hold only a run's files to be replaced or resumed; got {foreign[0]!r}"
-    elif resume and "trajectory.zarr" not in others:
-        problem = "must hold trajectory.zarr to resume; got none (start a new run instead)"
+    elif resume and fresh and "trajectory.zarr" not in others:
+        problem = "must hold a run to resume; got none (start a new run instead)"
     if problem is not None:
         if fresh:
             marker.unlink()
         os.close(fd)
         raise ConfigError(f"{where} {problem}.")
-    if overwrite:
+    starts_again = resume and "trajectory.zarr" not in others  # stopped before its first snapshot
+    if overwrite or starts_again:
         for name in others:
             path = out_dir / name
             shutil.rmtree(path) if path.is_dir() else path.unlink()
-    return fd
+    return fd, resume and not starts_again
 
 
 @contextlib.contextmanager
@@ -117,9 +119,8 @@ def _interrupts_between_writes() -> Iterator[Callable[[], contextlib.AbstractCon
     state = {"writing": False, "pending": False}
 
     def handler(signum, frame):  # noqa: ARG001
-        if state["writing"]:
-            state["pending"] = True
-        else:
+        state["pending"] = True  # also raised after the next write, should this one be swallowed
+        if not state["writing"]:  # (an exception in a garbage-collector callback is only printed)
             raise KeyboardInterrupt
 
     @contextlib.contextmanager
@@ -213,7 +214,7 @@ def run(
     sim = build(config)
     out_dir = Path(out_dir)
     resolved = resolved_dict(config)
-    lock = _claim_folder(out_dir, resume=resume, overwrite=overwrite)
+    lock, resume = _claim_folder(out_dir, resume=resume, overwrite=overwrite)
     try:
         return _run_in_folder(config, sim, out_dir, resolved, resume=resume, progress=progress)
     finally:
@@ -222,11 +223,11 @@ def run(
 
 def _run_in_folder(config, sim, out_dir: Path, resolved: dict, *, resume: bool, progress) -> RunResult:
     n_snapshots = snapshot_count(sim.t_end, sim.save_every)
-    writer = _open_writer(config, sim, out_dir, resolved, resume=resume)
-    first = writer.n_snapshots - 1 if resume else 0  # the stored snapshot the solve starts from
-    status, steps, trajectory, start = "error", None, None, time.perf_counter()
+    status, steps, trajectory, start, writer = "error", None, None, time.perf_counter(), None
     try:
         with _interrupts_between_writes() as writing:
+            writer = _open_writer(config, sim, out_dir, resolved, resume=resume)
+            first = writer.n_snapshots - 1 if resume else 0  # the stored snapshot the solve starts from
 
             def on_snapshot(k: int, t: float, x: np.ndarray) -> None:  # noqa: ARG001
                 if resume and k == 0:
@@ -253,9 +254,14 @@ def _run_in_folder(config, sim, out_dir: Path, resolved: dict, *, resume: bool, 
             else:
                 status, steps = "ok", 0
     except KeyboardInterrupt:
+        if writer is None:  # stopped while the store was being created: nothing computed yet
+            write_json(out_dir / "metrics.json", {"run": {"status": "interrupted", "snapshots": 0}})
+            raise RunInterrupted(out_dir, 0, n_snapshots) from None
         _finish(config, sim, out_dir, writer, "interrupted", steps, start, figures=False)
         raise RunInterrupted(out_dir, writer.n_snapshots, n_snapshots) from None
     except BaseException as error:
+        if writer is None:  # no store: the folder's config was refused, or the disk failed first
+            raise
         _finish(config, sim, out_dir, writer, "error", steps, start, figures=False, error=error)
         raise
     summary = _finish(config, sim, out_dir, writer, status, steps, start, figures=True)
