@@ -80,9 +80,8 @@ def whole(out: Path, reference) -> bool:
 
 def kill_once(config: Path, out: Path, sig: int, delay: float, reference) -> tuple[bool, str]:
     """One kill at ``delay`` seconds and the recovery; returns (intact, stderr of every process)."""
-    process = subprocess.Popen(
-        attnflow("run", str(config), "--out", str(out)), stderr=subprocess.PIPE, text=True
-    )
+    command = attnflow("run", str(config), "--out", str(out))
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     time.sleep(delay)
     process.send_signal(sig)
     _, stderr = process.communicate(timeout=120)
@@ -108,7 +107,12 @@ def kill_once(config: Path, out: Path, sig: int, delay: float, reference) -> tup
 
 def concurrent_once(config: Path, out: Path, reference) -> tuple[bool, str]:
     processes = [
-        subprocess.Popen(attnflow("run", str(config), "--out", str(out)), stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            attnflow("run", str(config), "--out", str(out)),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(2)
     ]
     results = [(p.wait(timeout=600), p.stderr.read()) for p in processes]
@@ -186,7 +190,7 @@ def main() -> None:
         for sig, name in ((signal.SIGKILL, "SIGKILL at a random moment, then --resume"),
                           (signal.SIGINT, "SIGINT at a random moment, then --resume")):  # fmt: skip
             for k in range(args.kills):
-                delay = rng.uniform(0.5, wall)
+                delay = rng.uniform(0.5, 0.8 * wall)  # from the imports to the last snapshots
                 record(name, *kill_once(config, root / f"{sig.name}-{k}", sig, delay, reference))
         for k in range(2):
             record("two runs into one --out at once", *concurrent_once(config, root / f"pair-{k}", reference))
