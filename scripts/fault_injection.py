@@ -78,11 +78,24 @@ def whole(out: Path, reference) -> bool:
     )
 
 
-def kill_once(config: Path, out: Path, sig: int, delay: float, reference) -> tuple[bool, str]:
-    """One kill at ``delay`` seconds and the recovery; returns (intact, stderr of every process)."""
+def wait_for_snapshots(out: Path, count: int, process: subprocess.Popen) -> None:
+    store = out / "trajectory.zarr"
+    while process.poll() is None:
+        with contextlib.suppress(Exception):  # the store may be half-created
+            if store.exists() and read_trajectory(store).ts.size >= count:
+                return
+        time.sleep(0.02)
+
+
+def kill_once(config: Path, out: Path, sig: int, delay: float | int, reference) -> tuple[bool, str]:
+    """One kill and the recovery; returns (intact, stderr of every process). ``delay``: seconds
+    after the start (a float), or the number of stored snapshots to wait for (an int)."""
     command = attnflow("run", str(config), "--out", str(out))
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    time.sleep(delay)
+    if isinstance(delay, int):
+        wait_for_snapshots(out, delay, process)
+    else:
+        time.sleep(delay)
     process.send_signal(sig)
     _, stderr = process.communicate(timeout=120)
     intact = True
@@ -96,12 +109,15 @@ def kill_once(config: Path, out: Path, sig: int, delay: float, reference) -> tup
             intact &= lines[0].startswith("interrupted: kept")
             intact &= metrics["run"]["status"] == "interrupted"
     store = out / "trajectory.zarr"
+    kept = read_trajectory(store).ts.size if store.exists() else 0
     if (out / MARKER).exists():  # the run had claimed its folder: continue it
         intact &= not store.exists() or same_prefix(read_trajectory(store), reference)
         recovery = run("run", str(config), "--out", str(out), "--resume")
     else:  # stopped before it claimed the folder: run it again
         recovery = run("run", str(config), "--out", str(out))
     intact &= recovery.returncode == 0 and whole(out, reference)
+    moment = f"at snapshot {delay}" if isinstance(delay, int) else f"after {delay:.1f} s"
+    print(f"  {sig.name} {moment}: exit {process.returncode}, {kept} snapshots kept", flush=True)
     return intact, stderr + recovery.stderr
 
 
@@ -156,6 +172,10 @@ def full_disk_once(config: Path, root: Path, size: str) -> tuple[bool, str]:
             truthful &= stored is not None and stored.ts.size == 301 and (out / "figures").is_dir()
         else:
             truthful &= result.returncode != 0
+        kept = 0 if stored is None else stored.ts.size
+        print(
+            f"  disk of {size}: exit {result.returncode}, status {status}, {kept} snapshots kept", flush=True
+        )
     return truthful, result.stderr
 
 
@@ -190,7 +210,8 @@ def main() -> None:
         for sig, name in ((signal.SIGKILL, "SIGKILL at a random moment, then --resume"),
                           (signal.SIGINT, "SIGINT at a random moment, then --resume")):  # fmt: skip
             for k in range(args.kills):
-                delay = rng.uniform(0.5, 0.8 * wall)  # from the imports to the last snapshots
+                # a random moment in time (imports, build, compilation included), or in the snapshots
+                delay = rng.uniform(0.5, 0.8 * wall) if k % 2 == 0 else rng.randint(1, 300)
                 record(name, *kill_once(config, root / f"{sig.name}-{k}", sig, delay, reference))
         for k in range(2):
             record("two runs into one --out at once", *concurrent_once(config, root / f"pair-{k}", reference))
