@@ -1,9 +1,13 @@
-"""One simulation into a run folder: build → solve → store → metrics → figures.
+"""One simulation into a run folder: build → solve → store → metrics → figures → status.
 
 ``run(config, out_dir)`` validates and builds everything before it touches the disk (bad input
-leaves nothing behind), then writes ``config.json``, streams snapshots into ``trajectory.zarr``
-(a killed run keeps every completed snapshot), and finally writes ``metrics.json`` (atomically)
-and ``figures/``. The metrics come from the stored snapshots (:func:`attnflow.analysis.summary.summarize`).
+leaves nothing behind), claims the folder (``.attnflow-run``, created exclusively and locked while
+the run writes: two runs into one folder, exactly one runs), writes ``config.json``, streams
+snapshots into ``trajectory.zarr`` (a killed run keeps every completed snapshot), and finally the
+metrics (from the stored snapshots, :func:`attnflow.analysis.summary.summarize`), the figures, and
+last the status, in the store and in ``metrics.json``: whatever ends a started run (Ctrl-C, an
+error, a full disk while drawing), ``metrics.json`` says so. ``resume=True`` continues a stopped
+fixed-step run from its last complete snapshot, bitwise as if it had never stopped.
 """
 
 from __future__ import annotations
