@@ -1,11 +1,13 @@
 """build(config): labels, gauges, initial data and options reach the runtime objects."""
 
+import re
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from attnflow.core.gauges import DenseGauge, IdentityGauge, RoPE
-from attnflow.io.config import config_from_dict
+from attnflow.io.config import ConfigError, config_from_dict
 from attnflow.workflows.build import build, make_labels, resolve_block_size
 
 
@@ -82,3 +84,58 @@ def test_package_import_exposes_the_api_without_plotting():
     code = "import sys, attnflow; print(attnflow.Kernel.__name__, 'matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["Kernel", "False"]  # the public API is there; matplotlib was not imported
+
+
+# --- memory estimate: impossible sizes refused in one line before anything is allocated ----------
+
+
+@pytest.mark.parametrize(
+    ("data", "key"),
+    [
+        ({"model": {"n": 10**9}}, "model.n"),
+        ({"model": {"n": 64, "d": 5000}, "aux": {"kind": "positions"}, "gauge": {"kind": "rope"}}, "model.d"),
+        (
+            {"model": {"n": 4096, "d": 64}, "solver": {"t_end": 100.0, "save_every": 0.01}},
+            "solver.save_every",
+        ),
+    ],
+)
+def test_impossible_sizes_are_refused_naming_the_key(data, key):
+    from attnflow.io.config import config_from_dict
+    from attnflow.workflows.build import build, memory_estimate
+
+    config = config_from_dict(data)
+    limit = 2**30  # 1 GiB: every case needs more than 5 GiB by its leading term alone
+    terms = memory_estimate(config)
+    assert terms[key] > 5 * limit
+    with pytest.raises(
+        ConfigError, match=rf"^config: `{re.escape(key)}` must leave the run within memory"
+    ) as e:
+        build(config, memory_limit=limit)
+    assert "\n" not in str(e.value) and "1 GiB available" in str(e.value)
+
+
+def test_a_billion_tokens_exit_2_in_one_line_with_nothing_written(tmp_path):
+    from typer.testing import CliRunner
+
+    from attnflow.cli import app
+
+    (tmp_path / "c.toml").write_text("[model]\nn = 1_000_000_000\n")
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["run", str(tmp_path / "c.toml"), "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.count("\n") == 1 and "`model.n` must leave the run within memory" in result.stderr
+    assert not out.exists()
+
+
+def test_the_estimate_grows_with_each_size():
+    from attnflow.io.config import config_from_dict
+    from attnflow.workflows.build import memory_estimate
+
+    base = sum(memory_estimate(config_from_dict({"model": {"n": 256}})).values())
+    for data in (
+        {"model": {"n": 512}},
+        {"model": {"n": 256, "d": 6}},
+        {"model": {"n": 256}, "solver": {"t_end": 40.0}},
+    ):
+        assert sum(memory_estimate(config_from_dict(data)).values()) > base

@@ -46,6 +46,7 @@ def test_run_writes_a_complete_run_folder(config_file, tmp_path):
     result = invoke("run", str(config_file), "--out", str(out), "--set", "model.beta=2.0")
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in out.iterdir()) == [
+        ".attnflow-run",
         "config.json",
         "figures",
         "metrics.json",

@@ -269,7 +269,19 @@ def test_override_value_error_names_file_key_and_value(tmp_path):
         ({"gauge": {"axes": ["z", "w"]}}, r"`gauge\.axes` must be .*'x', 'y' or 'z'; got \['z', "),
         ({"gauge": {"frequencies": []}}, r"`gauge\.frequencies` must be .* non-empty list .*\[\]"),
         ({"gauge": {"base": -1.0}}, r"`gauge\.base` must be a number > 0; got -1\.0\."),
-        ({"gauge": {"seed": -1}}, r"`gauge\.seed` must be an integer >= 0; got -1\."),
+        ({"gauge": {"seed": -1}}, r"`gauge\.seed` must be an integer in \[0, 2\*\*63 - 1\]; got -1\."),
+        (
+            {"gauge": {"seed": 2**64}},
+            r"`gauge\.seed` must be an integer in \[0, 2\*\*63 - 1\]; got 18446744073709551616\.",
+        ),
+        (
+            {"aux": {"seed": 2**63}},
+            r"`aux\.seed` must be an integer in \[0, 2\*\*63 - 1\]; got 9223372036854775808\.",
+        ),
+        (
+            {"init": {"seed": 2**63}},
+            r"`init\.seed` must be an integer in \[0, 2\*\*63 - 1\]; got 9223372036854775808\.",
+        ),
         ({"factor": {"slope": -2.0}}, r"`factor\.slope` must be a number >= 0; got -2\.0\."),
         ({"init": {"center": [0, 0, 0]}}, r"`init\.center` must be a nonzero .*; got \[0, 0, 0\]"),
         ({"init": {"sigma": 0.0}}, r"`init\.sigma` must be a number > 0; got 0\.0\."),

@@ -452,3 +452,48 @@ def test_the_json_writer_is_atomic_and_writes_non_finite_floats_as_null(tmp_path
         raise RuntimeError("killed")
     assert json.loads(path.read_text())["b"][1] == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+
+
+# --- faults: huge grids and bad scheduler addresses, refused before anything runs ----------------
+
+
+def test_a_grid_above_the_limit_is_refused_unless_confirmed(base_file, tmp_path):
+    values = ",".join(str(0.5 + k / 1000) for k in range(1000))
+    out = tmp_path / "sweep"
+    args = ["sweep", str(base_file), "--grid", f"model.beta={values}", "--grid", f"init.sigma={values}"]
+    start = time.perf_counter()
+    result = CliRunner().invoke(app, [*args, "--out", str(out)])
+    assert time.perf_counter() - start < 30  # refused before planning 10^6 points (~28 min)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.count("\n") == 1
+    assert (
+        "must be a grid of at most 1000 points; got '1000000 points (1000 x 1000)'. Pass --yes"
+        in result.stderr
+    )
+    assert not out.exists()
+    axes = [parse_grid("model.beta=1,2"), parse_grid("init.sigma=0.1,0.2")]
+    with pytest.raises(ConfigError, match="at most 3 points"):
+        plan_sweep(load_config(base_file), axes, max_points=3)
+    assert len(plan_sweep(load_config(base_file), axes, max_points=None).points) == 4
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "reason"),
+    [
+        ("/etc/passwd", "not JSON"),
+        ("not-an-address", "neither an address nor an existing file"),
+        ("{tmp}/empty.json", 'a JSON file without an "address"'),
+        ("{tmp}", "Is a directory"),
+    ],
+)
+def test_a_scheduler_that_is_not_an_address_or_file_is_one_line(base_file, tmp_path, scheduler, reason):
+    (tmp_path / "empty.json").write_text("{}")
+    scheduler = scheduler.format(tmp=tmp_path)
+    out = tmp_path / "sweep"
+    args = ["sweep", str(base_file), "--grid", "model.beta=1", "--out", str(out), "--scheduler", scheduler]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.count("\n") == 1
+    assert "must be a Dask address (tcp://host:port) or a scheduler file" in result.stderr
+    assert reason in result.stderr
+    assert not out.exists()

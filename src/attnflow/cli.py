@@ -9,6 +9,8 @@ Bad input is a ``ValueError`` (``ConfigError`` included); any other exception ke
 from __future__ import annotations
 
 import contextlib
+import errno
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -119,23 +121,72 @@ SUMMARY_KEYS = (
 )  # fmt: skip
 
 
+EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
+_INTERRUPTS: list[int] = []  # SIGINTs received by `run` (process state, like the signal handler)
+
+
+def _note_interrupt(signum: int, frame) -> None:  # noqa: ARG001
+    """Ctrl-C while `run` imports and builds: noted, raised at the next safe point (raised here, it
+    could land in a garbage-collector callback, which only prints it)."""
+    _INTERRUPTS.append(signum)
+
+
+def _raising_noted_interrupts(progress):
+    """``progress`` that raises KeyboardInterrupt at the first snapshot after a SIGINT noted while
+    the run was being built (from the folder's claim on, the run handles SIGINT itself)."""
+
+    def call(done: int, total: int) -> None:
+        if _INTERRUPTS:
+            raise KeyboardInterrupt
+        progress(done, total)
+
+    return call
+
+
+DISK_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)  # a full, read-only or failing disk
+
+
 @app.command()
 def run(
     config: Annotated[Path, typer.Argument(help="TOML config file.")],
     set_: Annotated[list[str], typer.Option("--set", help="Override, e.g. model.n=128.")] = [],  # noqa: B006
     out: Annotated[Path | None, typer.Option(help="Run folder (default runs/<config hash>).")] = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue the run in --out from its last complete snapshot.")
+    ] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the run in --out.")] = False,
 ) -> None:
     """Run one simulation and write its run folder."""
-    from attnflow.io.config import config_hash, load_config
-    from attnflow.numerics.lanes import use_cpu_cores
-    from attnflow.workflows.run import run as run_simulation
+    signal.signal(signal.SIGINT, _note_interrupt)  # Ctrl-C while importing and building: noted
+    try:
+        from attnflow.io.config import config_hash, load_config
+        from attnflow.numerics.lanes import use_cpu_cores
+        from attnflow.workflows.run import run as run_simulation
 
-    use_cpu_cores()  # large n: the tile lanes run on every core (results do not depend on it)
-    with user_errors():
-        cfg = load_config(config, set_)
-        out = check_out_folder(out if out is not None else Path("runs") / config_hash(cfg))
-        with progress_bar("simulating") as progress:
-            result = run_simulation(cfg, out, progress=progress)
+        use_cpu_cores()  # large n: the tile lanes run on every core (results do not depend on it)
+        if _INTERRUPTS:
+            raise KeyboardInterrupt
+        with user_errors():
+            cfg = load_config(config, set_)
+            if _INTERRUPTS:
+                raise KeyboardInterrupt
+            out = check_out_folder(out if out is not None else Path("runs") / config_hash(cfg))
+            with progress_bar("simulating") as progress:
+                progress = _raising_noted_interrupts(progress)
+                result = run_simulation(cfg, out, progress=progress, resume=resume, overwrite=overwrite)
+    except KeyboardInterrupt as stop:
+        if getattr(stop, "out_dir", None) is None:  # not a RunInterrupted: before the run claimed its folder
+            say("interrupted before the run started: nothing was written.")
+        else:
+            say(f"{stop}; metrics.json records status 'interrupted'. Continue with: attnflow run "
+                f"{config} --out {out} --resume")  # fmt: skip
+        raise typer.Exit(code=EXIT_INTERRUPTED) from None
+    except OSError as error:  # the disk failed the run once started; any other OSError is a bug
+        if error.errno not in DISK_FAILURES:
+            raise
+        say(f"error: {error.strerror} ({error.filename or out}); the run folder keeps every completed "
+            "snapshot and records the status where the disk allowed.")  # fmt: skip
+        raise typer.Exit(code=EXIT_UNFINISHED) from None
     info = result.metrics["run"]
     rows = {k: result.metrics.get(k) for k in SUMMARY_KEYS}
     rows.update(status=info["status"], steps=info["steps"], wall_time_s=info["wall_time_s"], folder=str(out))
@@ -221,17 +272,26 @@ def sweep(
     out: Annotated[Path, typer.Option(help="Sweep folder (runs/<hash>/, results.parquet, results.csv).")],
     set_: Annotated[list[str], typer.Option("--set", help="Override of the base, e.g. model.n=128.")] = [],  # noqa: B006
     scheduler: Annotated[
-        str | None, typer.Option(help="Existing Dask scheduler: tcp://host:port or a scheduler file.")
+        str | None,
+        typer.Option(
+            help="Existing Dask scheduler: tcp://host:port or a scheduler file. It runs code as you "
+            "and its results are unpickled: use only one you trust."
+        ),
     ] = None,
     workers: Annotated[int | None, typer.Option(help="Local worker processes (default: 1 per core).")] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="Run a grid of more than 1000 points.")] = False,
 ) -> None:
     """Run a resumable Cartesian sweep on Dask distributed (finished points are skipped)."""
     from attnflow.io.config import load_config
-    from attnflow.workflows.sweep import parse_grid, plan_sweep, run_sweep
+    from attnflow.workflows.sweep import check_scheduler, parse_grid, plan_sweep, run_sweep
+    from attnflow.workflows.sweep_plan import MAX_POINTS
 
     with user_errors():
         check_out_folder(out)
-        plan = plan_sweep(load_config(config, set_), [parse_grid(spec) for spec in grid])
+        if scheduler is not None:
+            check_scheduler(scheduler)
+        axes = [parse_grid(spec) for spec in grid]
+        plan = plan_sweep(load_config(config, set_), axes, max_points=None if yes else MAX_POINTS)
         with progress_bar("sweep") as progress:
             summary = run_sweep(plan, out, scheduler=scheduler, workers=workers, progress=progress)
     for message, count in summary.warnings.items():

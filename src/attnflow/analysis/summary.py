@@ -63,7 +63,7 @@ def summarize(
     final.update(
         energy=float(energies[-1]),
         energy_max=e_max,
-        energy_gap=None if e_max is None else (e_max - float(energies[-1])) / e_max,
+        energy_gap=_relative_gap(e_max, float(energies[-1])),
         energy_monotone=metrics.is_monotone(energies, tol=ENERGY_TOL * max(1.0, abs(float(energies[-1])))),
         collapse_time=metrics.collapse_time(ts, mean_cos, threshold=COLLAPSE_THRESHOLD),
         gauge_collapse_time=metrics.collapse_time(ts, gauge_mean_cos, threshold=COLLAPSE_THRESHOLD),
@@ -77,3 +77,10 @@ def summarize(
         "n_eff": n_eff,
     }
     return final
+
+
+def _relative_gap(e_max: float | None, e: float) -> float | None:
+    """``(E_max - E) / E_max``; None where undefined (no closed form, ``E_max = 0``, a non-finite value)."""
+    if e_max is None or e_max == 0 or not np.isfinite(e_max) or not np.isfinite(e):
+        return None
+    return (e_max - e) / e_max

@@ -10,7 +10,7 @@ every field is valid.
 from typing import Annotated, Literal, Self
 
 import numpy as np
-from annotated_types import Ge, Gt, MinLen
+from annotated_types import Ge, Gt, Le, MinLen
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from attnflow.io.config_rules import check_rules
@@ -30,7 +30,8 @@ SKEW_ATOL = 1e-12  # entrywise tolerance on |G + G^T| for generalized_rope gener
 
 PositiveFloat = Annotated[float, Gt(0)]
 NonNegativeFloat = Annotated[float, Ge(0)]
-Seed = Annotated[int, Ge(0)]
+SEED_MAX = 2**63 - 1  # seeds are signed 64-bit integers (JAX and NumPy keys)
+Seed = Annotated[int, Ge(0), Le(SEED_MAX), Field(description="an integer in [0, 2**63 - 1]")]
 FloatList = Annotated[tuple[float, ...], MinLen(1)]
 Matrix = tuple[tuple[float, ...], ...]
 FilePath = Annotated[str | None, Field(description="a file path (a non-empty string)", min_length=1)]

@@ -48,6 +48,7 @@ stray ``*.partial`` temporary file (from zarr, or from step 1); readers ignore i
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
@@ -162,21 +163,40 @@ class TrajectoryWriter:
                 attrs=attrs,
                 dtype=dtype,
             )
-            _move_into_place(staging, self._path)
+            _move_into_place(staging, self._path, overwrite=overwrite)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
 
+        self._attach(count=0, t_last=-math.inf)
+
+    def _attach(self, *, count: int, t_last: float) -> None:
         group = zarr.open_group(self._path, mode="r+", zarr_format=3)
         self._group = group
         self._t = group["t"]
         self._x = group["x"]
-        self._n_snapshots_max = n_snapshots_max
-        self._shape = (n, d)
-        self._dtype = np.dtype(dtype)
-        self._count = 0
-        self._t_last = -math.inf
+        self._n_snapshots_max = int(group["t"].shape[0])
+        self._shape = tuple(int(s) for s in group["x"].shape[1:])
+        self._dtype = np.dtype(group["x"].dtype)
+        self._count = count
+        self._t_last = t_last
         self._status: str | None = None
+
+    @classmethod
+    def reopen(cls, path: str | os.PathLike[str]) -> TrajectoryWriter:
+        """A writer that continues an existing store after its last complete snapshot (a resumed
+        run): the store is marked ``"incomplete"`` again until ``close``; a torn snapshot after
+        the complete prefix is simply written over."""
+        stored = read_trajectory(path)
+        if stored.ts.shape[0] == 0:
+            raise ValueError(
+                f"{_WHERE}: `path` must hold at least one complete snapshot to resume; got {str(path)!r}."
+            )
+        writer = cls.__new__(cls)
+        writer._path = Path(path)
+        writer._attach(count=int(stored.ts.shape[0]), t_last=float(stored.ts[-1]))
+        writer._group.attrs.update({"status": "incomplete", "n_snapshots": None})
+        return writer
 
     @property
     def path(self) -> Path:
@@ -351,10 +371,19 @@ def _create_store(
         gauge_array[...] = gauge.astype(dtype)
 
 
-def _move_into_place(staging: Path, path: Path) -> None:
-    """Rename the fully built store to ``path``, replacing an old store there."""
-    if not path.exists():
-        os.rename(staging, path)  # fails rather than merging if `path` appeared meanwhile
+def _move_into_place(staging: Path, path: Path, *, overwrite: bool) -> None:
+    """Rename the fully built store to ``path``, replacing an old store there only with ``overwrite``
+    (a store that appeared meanwhile is never replaced without it: the rename fails)."""
+    if not overwrite or not path.exists():
+        try:
+            os.rename(staging, path)  # fails rather than merging if `path` appeared meanwhile
+        except OSError as error:
+            if overwrite or error.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+            raise ValueError(
+                f"{_WHERE}: `path` must not exist yet; got {str(path)!r}, "
+                "created meanwhile by another writer."
+            ) from None
         return
     trash = path.with_name(f".{path.name}.{uuid.uuid4().hex}.old")
     os.rename(path, trash)

@@ -14,7 +14,8 @@ arguments (JAX arrays and pytrees of them pickle as NumPy data). Each worker pro
 place before the child imports NumPy or starts XLA) and ``POOL_ENVIRON`` (CPU only; Python's
 ``safe_path``: the bootstrap of a spawned child never puts the working directory on ``sys.path``,
 and multiprocessing gives it this process's ``sys.path``, so a stray ``numpy.py`` or ``attnflow/``
-in the working directory is never imported by a worker).
+in the working directory is never imported by a worker). A worker dies with its parent
+(``die_with_parent``: Linux's parent-death signal), so a killed run leaves no worker behind.
 
 ``ATTNFLOW_CORES`` caps the cores a process uses (``available_cores``); the workers run with
 ``ATTNFLOW_CORES=1``, so that none starts workers of its own.
@@ -23,8 +24,11 @@ in the working directory is never imported by a worker).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import multiprocessing
 import os
+import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -92,6 +96,20 @@ def _borrowed_environ(environ: dict[str, str]) -> Iterator[None]:
                     os.environ[key] = value
 
 
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent(parent: int) -> None:
+    """A worker's initializer: on Linux the kernel sends this process SIGKILL when the process that
+    started it dies (a SIGKILLed parent included), so no worker computes on for nobody; and a
+    worker whose parent died before this ran exits at once."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
 def run_tasks(fn: Callable[..., Any], tasks: Sequence[tuple], *, workers: int) -> Iterator[tuple[int, Any]]:
     """``fn(*task)`` for every task, in ``workers`` single-threaded spawned processes (1: here, in
     order); yields ``(index, result)`` as each finishes. Tasks start in the order given; an
@@ -101,7 +119,13 @@ def run_tasks(fn: Callable[..., Any], tasks: Sequence[tuple], *, workers: int) -
             yield index, fn(*task)
         return
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=context) as pool:
+    pool = ProcessPoolExecutor(
+        max_workers=min(workers, len(tasks)),
+        mp_context=context,
+        initializer=die_with_parent,
+        initargs=(os.getpid(),),
+    )
+    with pool:
         # a spawn pool starts its processes as tasks are submitted: all of them start here
         with _borrowed_environ({**single_thread_environ(), **POOL_ENVIRON}):
             futures = {pool.submit(fn, *task): index for index, task in enumerate(tasks)}

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import warnings
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -22,9 +22,11 @@ import numpy as np
 
 from attnflow.core import factors, gauges, sphere
 from attnflow.core.kernel import Kernel, make_profile
+from attnflow.io.arrays import ArrayFileError, load_array
 from attnflow.io.config import Config, ConfigError
 from attnflow.numerics.dynamics import VectorField, make_vector_field
 from attnflow.numerics.integrators import Integrator, make_integrator
+from attnflow.numerics.saving import snapshot_count
 from attnflow.numerics.summation import symmetric_tiles
 
 # Automatic blocking (benchmarks/RESULTS.md; 2 cores, one field evaluation).
@@ -68,11 +70,12 @@ def _fail(key: str, constraint: str, value) -> ConfigError:
 
 
 def _load_array(key: str, path, shape: tuple[int | None, ...] | None = None) -> np.ndarray:
-    """``np.load`` the file named by ``key``; check its shape (``None`` = any size) and finiteness."""
+    """The array of the file named by ``key`` (:func:`attnflow.io.arrays.load_array`); check its
+    shape (``None`` = any size) and finiteness."""
     try:
-        array = np.load(Path(path), allow_pickle=False)
-    except (OSError, ValueError) as error:
-        raise _fail(key, "a readable .npy file", str(path)) from error
+        array = load_array(path)
+    except ArrayFileError as error:
+        raise ConfigError.from_parts(key, error.constraint, error.value) from None
     if shape is None:  # labels: (n,) or (n, k)
         shape = (None,) * array.ndim if array.ndim in (1, 2) else (None, None)
     ok = array.ndim == len(shape) and all(
@@ -192,6 +195,10 @@ def make_initial(config: Config, gauge: gauges.Gauge, dtype) -> jax.Array:
     if init.kind == "equiangular":
         return sphere.equiangular(n, d, init.rho0, dtype=dtype)
     x0 = _load_array("init.path", init.path, (n, d))
+    # Each row scaled by its largest entry first: rows near the float64 maximum (~1e308) would
+    # overflow the norm and become zero rows; the direction is unchanged.
+    largest = np.max(np.abs(x0), axis=1, keepdims=True)
+    x0 = x0 / np.where(largest > 0, largest, 1.0)
     norms = np.linalg.norm(x0, axis=1)
     if np.any(norms == 0):
         raise _fail("init.path", "free of zero rows (points are normalised onto the sphere)", str(init.path))
@@ -218,8 +225,75 @@ def resolve_block_size(config: Config) -> int | None:
     return block if block < n else None
 
 
-def build(config: Config) -> Simulation:
-    """Build every runtime object of a simulation from its config."""
+# Copies of each array a run holds at once, counted by memory_estimate (upper bounds, not tuned):
+# the state and the integrator's stages; the logits, kernel and weights of a pair block; the dense
+# gauge matrices (built, copied to NumPy, written to the store); the snapshots (kept by solve,
+# read back for the metrics, and their gauge-frame view for the figures).
+_STATE_COPIES, _PAIR_COPIES, _GAUGE_COPIES, _SNAPSHOT_COPIES = 16, 4, 3, 3
+
+
+def physical_memory() -> int:
+    """Bytes of memory of this machine (the bound of ``memory_estimate``)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):  # not reported: no bound
+        return 2**62
+
+
+def memory_estimate(config: Config) -> dict[str, int]:
+    """An upper estimate of the bytes a run of ``config`` holds at once, by the key that drives
+    each term: ``model.n`` (states and pair blocks: ``n × n`` dense, ``n × block`` blocked),
+    ``model.d`` (dense gauge matrices ``n × d × d``), ``aux.n_prompts`` (prompt rotations),
+    ``factor.path`` (an ``n × n`` factor) and ``solver.save_every`` (the snapshots)."""
+    model, solver = config.model, config.solver
+    n, d = model.n, model.d
+    size = 4 if solver.dtype == "float32" else 8
+    block = resolve_block_size(config)
+    terms = {
+        "model.n": _STATE_COPIES * n * d * size + _PAIR_COPIES * n * (n if block is None else block) * size
+    }
+    if config.gauge.kind != "none":
+        terms["model.d"] = _GAUGE_COPIES * n * d * d * size
+    if config.gauge.kind == "prompt":
+        terms["aux.n_prompts"] = 2 * config.aux.n_prompts * d * d * 8
+    if config.factor.kind == "file":
+        terms["factor.path"] = 2 * n * n * 8
+    terms["solver.save_every"] = (
+        _SNAPSHOT_COPIES * snapshot_count(solver.t_end, solver.save_every) * n * d * size
+    )
+    return terms
+
+
+def check_memory(config: Config, *, limit: int | None = None) -> None:
+    """Refuse, in one line naming the key that drives it, a run whose ``memory_estimate`` exceeds
+    ``limit`` bytes (default: the machine's memory), before anything is allocated."""
+    limit = physical_memory() if limit is None else limit
+    terms = memory_estimate(config)
+    total = sum(terms.values())
+    if total <= limit:
+        return
+    # The key to change: what alone does not fit (one snapshot set aside), else the snapshot count.
+    sizes = {k: v for k, v in terms.items() if k != "solver.save_every"}
+    key = max(sizes, key=sizes.__getitem__) if sum(sizes.values()) > limit else "solver.save_every"
+    raise ConfigError(
+        f"config: `{key}` must leave the run within memory: about {total / 2**30:.3g} GiB needed "
+        f"(n = {config.model.n}, d = {config.model.d}, {_term_words(terms)}), "
+        f"{limit / 2**30:.3g} GiB available; got {_key_value(config, key)!r}."
+    )
+
+
+def _term_words(terms: dict[str, int]) -> str:
+    return ", ".join(f"{key}: {value / 2**30:.3g} GiB" for key, value in terms.items())
+
+
+def _key_value(config: Config, key: str):
+    section, name = key.split(".")
+    return getattr(getattr(config, section), name)
+
+
+def build(config: Config, *, memory_limit: int | None = None) -> Simulation:
+    """Build every runtime object of a simulation from its config (after ``check_memory``)."""
+    check_memory(config, limit=memory_limit)
     dtype = jnp.float32 if config.solver.dtype == "float32" else jnp.float64
     model, solver = config.model, config.solver
     xi = make_labels(config)

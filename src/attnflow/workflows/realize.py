@@ -30,6 +30,7 @@ from attnflow.analysis.realisation import (
 )
 from attnflow.analysis.summary import gauge_frames, summarize
 from attnflow.io import store
+from attnflow.io.arrays import ArrayFileError, load_array
 from attnflow.io.atomic import write_json
 from attnflow.io.version import __version__
 from attnflow.numerics.dynamics import make_vector_field
@@ -130,11 +131,9 @@ def load_target(path, kind: str, n: int | None) -> tuple[np.ndarray, int]:
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise ValueError(f"realize: `--kind` must be one of {KINDS}; got {kind!r}.{hint}")
     try:
-        array = np.load(Path(path), allow_pickle=False)
-    except (OSError, ValueError, EOFError) as error:
-        raise _fail("--target", "a readable .npy file", f"{str(path)!r} ({type(error).__name__})") from None
-    if not isinstance(array, np.ndarray):  # an .npz archive
-        raise _fail("--target", "a .npy file holding one array", f"{str(path)!r} (an .npz archive)")
+        array = load_array(path)
+    except ArrayFileError as error:
+        raise ValueError(f"realize: `--target` {error}.") from None
     where = "realize"
     if kind == "sphere":
         y = check_sphere_targets(array, name="--target", where=f"{where} --kind sphere")

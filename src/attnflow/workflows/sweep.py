@@ -51,7 +51,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -201,6 +203,31 @@ def _check_execution(out_dir: Path, scheduler: str | None, workers: int | None) 
         )
     if out_dir.exists() and not out_dir.is_dir():
         raise ValueError(f"sweep: `--out` must be a folder; got {str(out_dir)!r} (a file).")
+    if scheduler is not None:
+        check_scheduler(scheduler)
+
+
+_ADDRESS = re.compile(r"^(tcp|tls|inproc|ucx|ws|wss)://\S+$")
+
+
+def check_scheduler(scheduler: str) -> None:
+    """``scheduler`` must be a Dask address (``tcp://host:port``, ``tls://...``) or a scheduler
+    file (JSON with an ``address``); checked before any connection. A scheduler runs code as
+    the sweep's user and results come back pickled: connect only to one you trust."""
+    where = "--scheduler: `ADDRESS` must be a Dask address (tcp://host:port) or a scheduler file"
+    where = f"{where}; got {scheduler!r}"
+    path = Path(scheduler)
+    if not path.exists():
+        if not _ADDRESS.match(scheduler):
+            raise ValueError(f"{where} (neither an address nor an existing file).")
+        return
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        reason = error.strerror if isinstance(error, OSError) else "not JSON"
+        raise ValueError(f"{where} ({reason}).") from None
+    if not isinstance(record, dict) or not isinstance(record.get("address"), str):
+        raise ValueError(f'{where} (a JSON file without an "address").')
 
 
 def _sweep_record(plan: SweepPlan) -> dict[str, Any]:

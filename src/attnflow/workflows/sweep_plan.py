@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import math
 from collections.abc import Mapping, Sequence
 from copy import deepcopy
 from pathlib import Path
@@ -168,13 +169,27 @@ def _validate(base: Mapping[str, Any], assignment: Mapping[str, Any]) -> Config:
         raise _grid_error(error.key, error.constraint, error.value, hint=hint) from None
 
 
-def plan_sweep(base: Config, axes: Sequence[GridAxis]) -> SweepPlan:
+MAX_POINTS = 1000  # above, a grid is planned only when confirmed (``--yes``): planning costs ~ms a point
+
+
+def plan_sweep(base: Config, axes: Sequence[GridAxis], *, max_points: int | None = MAX_POINTS) -> SweepPlan:
     """Validate every point of the grid ``axes`` over ``base`` (pure: nothing runs or is written).
 
     Each value is first checked alone (so an error names the axis and the value), then every
-    combination (rules that tie keys together). Raises ConfigError (``--grid: ...``).
+    combination (rules that tie keys together). A grid of more than ``max_points`` points is
+    refused before any is validated (``None``: no limit; the command line's ``--yes``).
+    Raises ConfigError (``--grid: ...``).
     """
     axes = tuple(axes)
+    size = math.prod(len(axis.values) for axis in axes)
+    if axes and max_points is not None and size > max_points:
+        shape = " x ".join(str(len(axis.values)) for axis in axes)
+        raise _grid_error(
+            None,
+            f"a grid of at most {max_points} points",
+            f"{size} points ({shape})",
+            hint="Pass --yes to run it.",
+        )
     if not axes:
         raise _grid_error(None, "at least one axis (--grid section.key=v1,v2,...)", [], hint=_EXAMPLE)
     seen: set[str] = set()
