@@ -1,4 +1,4 @@
-"""Crash-safe, incremental trajectory store (`trajectory.zarr`, SPEC §7.3), its reader and xarray view.
+"""Crash-safe, incremental trajectory store (`trajectory.zarr`), its reader and xarray view.
 
 A run appends one snapshot ``(t, x)`` at a time to a Zarr v3 group::
 

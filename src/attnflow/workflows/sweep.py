@@ -95,11 +95,9 @@ JAX_CACHE = "jax_cache"
 # Environment of each local worker process, set before it starts: single-threaded (small
 # simulations only contend for cores, and results must not depend on the thread count; see
 # attnflow.numerics.batch.SINGLE_THREAD_ENVIRON), and
-# MALLOC_TRIM_THRESHOLD_: Dask's default (65536) returns freed memory to the OS eagerly, which the
-# SPEC probe found to double the time of short runs. Here 128 MiB keeps freed memory in the worker
-# between runs. Probe on the 2-core machine (16 runs, n = 8, 2 workers, a loaded machine, CPU time
-# of the workers, two trials): 65536: 7.9/8.1 s, unset (glibc adaptive): 8.2/7.9 s, 128 MiB:
-# 7.5/7.7 s; runs that write figures and a store are not sensitive to it beyond that noise.
+# MALLOC_TRIM_THRESHOLD_: Dask's default (65536) returns freed memory to the OS eagerly, and a
+# short run then pays to map it again; 128 MiB keeps freed memory in the worker between runs (a
+# small probe of short runs found it no slower than the default or glibc's adaptive threshold).
 WORKER_ENVIRON: dict[str, str] = {**SINGLE_THREAD_ENVIRON, "MALLOC_TRIM_THRESHOLD_": str(128 * 2**20)}
 
 
