@@ -190,6 +190,7 @@ def run(
     info = result.metrics["run"]
     rows = {k: result.metrics.get(k) for k in SUMMARY_KEYS}
     rows.update(status=info["status"], steps=info["steps"], wall_time_s=info["wall_time_s"], folder=str(out))
+    rows.update(interaction=info.get("interaction"), rank=info.get("rank"))  # the path that ran
     print_summary(f"attnflow run {config.name}", rows)
     exit_unless_ok(info["status"], out)
 
