@@ -9,8 +9,10 @@ group of snapshot times (a ``lax.scan``), each chunk of steps by the policy, and
 snapshots with one status code per snapshot (``attnflow.numerics.status``). A run whose status is
 no longer ``ok`` is frozen (its carry kept; an adaptive loop does not start).
 
-The orchestration (``solve``): compile the core once per call, ahead of time (the snapshot times
-are a traced argument, so every call reuses the executable; ``Trajectory.compile_time_s``), call
+The orchestration (``solve``): compile the core once per structure of the problem, ahead of time
+(``attnflow.numerics.program_cache``: the kernel's numbers and the snapshot times are arguments,
+so every call of a run, and every later run of the same shapes and options in the process, reuses
+the executable; ``Trajectory.compile_time_s``, 0 when reused), call
 it once per group of snapshots (Python runs once per call, never once per step), one call ahead of
 the one being read (storage in ``on_snapshot`` overlaps the computation; the status codes travel
 with the snapshots: one host synchronisation per call), and stop when no run is ``ok``.
@@ -45,7 +47,6 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -53,7 +54,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnflow.numerics import batch
+from attnflow.numerics import batch, program_cache
 from attnflow.numerics.dynamics import VectorField
 from attnflow.numerics.integrators import Integrator
 from attnflow.numerics.saving import SaveAt, snapshot_count, snapshot_group
@@ -173,6 +174,29 @@ def _program(problem: Problem, batched: bool):
     return lambda carry, t_targets: jax.lax.map(lambda c: one(c, t_targets), carry)
 
 
+def _compiled(problem: Problem, batched: bool, carry: Carry, t_targets: jax.Array):
+    """``(program(carry, t_targets), compile_time_s)``: the compiled call from the program cache
+    (``attnflow.numerics.program_cache``), keyed by the problem's structure; the field's arrays
+    (the kernel's numbers) are its arguments. ``compile_time_s`` is 0 when it was compiled before."""
+    structure, arrays = program_cache.split_field(problem.field)
+    stepsize = problem.stepsize
+    if isinstance(stepsize, AdaptiveSteps):  # the first trial step only sets the initial state
+        stepsize = dataclasses.replace(stepsize, dt0=1.0)
+    save_every = problem.saveat.save_every
+    key = (structure, problem.method, stepsize, save_every, problem.noise, batched)
+
+    def build():
+        def program(arrays, carry, t_targets):
+            field = structure.build(arrays)
+            traced = Problem(field, problem.method, stepsize, SaveAt(save_every, save_every), problem.noise)
+            return _program(traced, batched)(carry, t_targets)
+
+        return program
+
+    executable, compile_time = program_cache.compiled(key, build, (arrays, carry, t_targets))
+    return (lambda carry, t_targets: executable(arrays, carry, t_targets)), compile_time
+
+
 def integrate(
     field: VectorField,
     x0: jax.Array,
@@ -216,10 +240,8 @@ def _run(problem: Problem, x0: jax.Array, keys: jax.Array, on_snapshot: Snapshot
     def times(call: int) -> jax.Array:
         return jnp.asarray([saveat.time(call * group + j + 1) for j in range(group)], x0.dtype)
 
-    start = time.perf_counter()
     carry = _start(problem, x0, keys)
-    program = jax.jit(_program(problem, batched)).lower(carry, times(0)).compile()
-    compile_time = time.perf_counter() - start
+    program, compile_time = _compiled(problem, batched, carry, times(0))
     n_calls = saveat.chunks // group
     out = program(carry, times(0))
     for call in range(n_calls):
