@@ -57,8 +57,8 @@ print(json.dumps({"first_compile_s": times[0], "second_compile_s": times[1], "ra
 """
 
 
-def measure(code: str, *args: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(HERE / "src")}
+def measure(code: str, *args: str, tree: Path = HERE) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(tree / "src")}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True,
@@ -80,12 +80,22 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="reproduce --quick (the CI variant)")
     parser.add_argument("--only", default=None, help="experiment ids, e.g. E0,E5")
     parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--workers", type=int, default=1, help="reproduce's job processes")
+    parser.add_argument(
+        "--workers", type=int, default=None, help="reproduce's job processes (default: its own)"
+    )
+    parser.add_argument(
+        "--old-tree",
+        type=Path,
+        default=None,
+        help="a checkout of the old code (git worktree add /tmp/old main): also timed, as it is",
+    )
     parser.add_argument("--new", default="", help="overrides of the new setting (default: the files')")
     args = parser.parse_args()
     SETTINGS["new (files)"] = [o for o in args.new.split(",") if o]
     only = args.only.split(",") if args.only else None
     load = os.getloadavg()
+    if args.old_tree is not None:
+        SETTINGS["old code"] = []
     results: dict[str, list[dict]] = {name: [] for name in SETTINGS}
     with tempfile.TemporaryDirectory() as tmp:
         for repeat in range(args.repeats):
@@ -105,6 +115,9 @@ def main() -> None:
         "load_after": [round(v, 2) for v in os.getloadavg()],
         "runs": results,
         "cpu_ratio_old_over_new": round(old["cpu_s"] / new["cpu_s"], 2),
+        "cpu_ratio_old_code_over_new": (
+            round(best["old code"]["cpu_s"] / new["cpu_s"], 2) if "old code" in best else None
+        ),
         "wall_ratio_old_over_new": round(old["wall_s"] / new["wall_s"], 2),
         "evaluation_ratio_old_over_new": round(
             old["totals"]["evaluations"] / max(1, new["totals"]["evaluations"]), 2

@@ -186,9 +186,10 @@ class AdaptiveSteps:
                 "geodesic_rk4); got adaptive."
             )
 
-    def evaluations_per_save(self, method, save_every: float) -> None:  # noqa: ARG002
-        """Unknown in advance."""
-        return None
+    def evaluations_per_save(self, method, save_every: float) -> int:  # noqa: ARG002
+        """Unknown in advance: a low estimate, one trial step per snapshot (to size the compiled
+        calls only; long steps pass several snapshots)."""
+        return len(method.tableau.b) - 1
 
     def init(self, method, x):
         """The state at t = 0: no step taken yet (the first slope is evaluated by the first

@@ -93,9 +93,11 @@ def _simulate(job: Job, tick: Tick) -> JobResult:
         tick(1)
 
     solve_start = time.perf_counter()
+    # The seeds of a job run in this process (workers=1): the jobs are what runs in parallel
+    # (run_jobs), and a process keeps its compiled programs for the next job of the same shapes.
     trajectory = solve(
         sim.field, x0, integrator=sim.integrator, dt=sim.dt, t_end=sim.t_end, save_every=sim.save_every,
-        noise=sim.noise, key=sim.key, on_snapshot=on_snapshot,
+        noise=sim.noise, key=sim.key, on_snapshot=on_snapshot, workers=1,
     )  # fmt: skip
     solve_end = time.perf_counter()
     tick(job.units() - len(stamps))  # a run that stopped early
