@@ -104,7 +104,11 @@ def main() -> None:
                 options = dict(
                     out=out, quick=args.quick, only=only, workers=args.workers, overrides=overrides
                 )
-                results[name].append(measure(REPRODUCE, json.dumps(options)))
+                tree = HERE
+                if name == "old code":  # its reproduce has no overrides: the files' settings of then
+                    del options["overrides"]
+                    tree = args.old_tree
+                results[name].append(measure(REPRODUCE, json.dumps(options), tree=tree))
                 print(name, results[name][-1], file=sys.stderr)
     best = {name: min(runs, key=lambda r: r["cpu_s"]) for name, runs in results.items()}
     old, new = best["old (rk4)"], best["new (files)"]

@@ -205,9 +205,7 @@ class AdaptiveSteps:
     def advance(self, method, field, x, key, state, t_target, *, active, noise: float, save_every: float):  # noqa: ARG002
         """Trial steps until the integration time passes ``t_target`` (or ``max_steps`` of them;
         none unless ``active``), then the snapshot from the dense output of the last step."""
-        fresh = active & ~state["started"]
-        k = jax.lax.cond(fresh, lambda y: field(y), lambda _: state["k"], state["x"])
-        evaluations = fresh.astype(jnp.int32)
+        stages = len(method.tableau.b)
 
         def cond(loop):
             s, counts, _ = loop
@@ -215,8 +213,9 @@ class AdaptiveSteps:
 
         def body(loop):
             s, counts, _ = loop
+            first = jnp.where(s["started"], 1, 0)  # a run's first trial also evaluates its first slope
             x_new, slopes, err = method.fsal_step(
-                field, s["x"], s["k"], s["h"], rtol=self.rtol, atol=self.atol
+                field, s["x"], s["k"], s["h"], rtol=self.rtol, atol=self.atol, first_stage=first
             )
             accept, h_next, error_prev = self.controller.adapt(s["h"], err, s["error_prev"], method.order)
             moved = dict(
@@ -224,20 +223,23 @@ class AdaptiveSteps:
                 h_last=s["h"], slopes=slopes, error_prev=error_prev, started=s["started"],
             )  # fmt: skip
             s = jax.tree.map(lambda new, old: jnp.where(accept, new, old), moved, s)
-            s = {**s, "h": h_next}
-            counts = counts + jnp.stack([accept, ~accept]).astype(jnp.int32)
+            s = {
+                **s,
+                "h": h_next,
+                "k": jnp.where(accept, slopes[-1], slopes[0]),
+                "started": jnp.asarray(True),
+            }
+            counts = counts + jnp.stack([accept, ~accept, stages - first]).astype(jnp.int32)
             return s, counts, ~jnp.isfinite(err)
 
-        s = {**state, "k": k, "started": state["started"] | active}
-        s, counts, broken = jax.lax.while_loop(cond, body, (s, jnp.zeros(2, jnp.int32), jnp.asarray(False)))
+        s, counts, broken = jax.lax.while_loop(
+            cond, body, (state, jnp.zeros(3, jnp.int32), jnp.asarray(False))
+        )
         theta = (t_target - s["t_last"]) / s["h_last"]
         snapshot = method.interpolate(s["x_last"], s["slopes"], s["h_last"], theta)
         reached = s["t"] >= t_target
         code = jnp.where(reached, _OK, jnp.where(broken, _NONFINITE, _MAX_STEPS)).astype(jnp.int32)
-        stats = jnp.concatenate(
-            [counts, (evaluations + (len(method.tableau.b) - 1) * counts.sum())[None]]
-        ).astype(jnp.int32)
-        return snapshot, key, s, stats, code
+        return snapshot, key, s, counts, code
 
 
 StepPolicy = ConstantSteps | AdaptiveSteps
