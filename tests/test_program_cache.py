@@ -28,6 +28,8 @@ def test_split_field_round_trip_and_opaque_functions():
     assert other == structure and hash(other) == hash(structure)  # beta is an array, not structure
     opaque, none = split_field(np.sin)
     assert isinstance(opaque, OpaqueField) and none == () and opaque.build(()) is np.sin
+    assert split_field(np.sin)[0] == opaque and hash(split_field(np.sin)[0]) == hash(opaque)
+    assert split_field(np.cos)[0] != opaque
 
 
 def test_second_solve_of_the_same_shape_compiles_nothing():

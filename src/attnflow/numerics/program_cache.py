@@ -56,9 +56,16 @@ class FieldStructure:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class OpaqueField:
-    """A field that cannot be split (a plain function): its own structure, compared by identity."""
+    """A field that cannot be split (a plain function): its own structure, compared by identity
+    (the cache entry holds the field, so its ``id`` is not reused while the entry lives)."""
 
     field: Any
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, OpaqueField) and self.field is other.field
+
+    def __hash__(self) -> int:
+        return id(self.field)
 
     def build(self, arrays: tuple) -> Any:  # noqa: ARG002
         return self.field
