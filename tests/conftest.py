@@ -1,6 +1,11 @@
+import os
+import tempfile
+
 import jax
 
 jax.config.update("jax_enable_x64", True)
+# the CLI enables JAX's persistent compilation cache: tests keep it out of the user's cache folder
+os.environ.setdefault("ATTNFLOW_CACHE_DIR", tempfile.mkdtemp(prefix="attnflow-test-cache-"))
 
 
 def pytest_addoption(parser):

@@ -8,6 +8,7 @@ import pytest
 
 import attnflow.numerics.solve as solve_module
 from attnflow.numerics.solve import Trajectory, snapshot_count
+from attnflow.numerics.status import Status
 from attnflow.workflows import experiments as experiment_files
 from attnflow.workflows import realize, reproduce  # noqa: F401  (realize: patched below)
 
@@ -21,7 +22,12 @@ def frozen_solve(field, x0, *, t_end, save_every, on_snapshot=None, **options):
     if on_snapshot is not None:
         for k in range(count):
             on_snapshot(k, float(ts[k]), xs[k])
-    return Trajectory(ts=ts, xs=xs, status="ok", steps=0)
+    batch = x0.shape[:-2]  # () for one run, (B,) for a batch of seeds
+    statuses = np.full(batch, Status.ok, dtype=object)
+    zeros = np.zeros(batch, dtype=int)
+    return Trajectory(
+        ts=ts, xs=xs, statuses=statuses, steps=0, accepted=zeros, rejected=zeros, evaluations=zeros
+    )
 
 
 @pytest.fixture
@@ -39,6 +45,8 @@ def test_a_frozen_simulator_fails_a_row_of_every_experiment_and_variant(frozen):
     experiments = experiment_files.load_experiments()
     jobs = reproduce.plan(experiments, quick=True)
     results = reproduce.run_jobs(jobs, lambda units: None, workers=1)
+    # the frozen runs themselves finished: a failure must come from the expectations, not an error
+    assert all(r.status == "ok" for r in results), [(r.experiment, r.status, r.reason) for r in results]
     for experiment in experiments:
         rows = experiment_files.evaluate(experiment, [r for r in results if r.experiment == experiment.id])
         for variant in experiment.variants:

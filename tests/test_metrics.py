@@ -152,6 +152,24 @@ def test_cluster_labels_blocked_equals_dense():
         np.testing.assert_array_equal(metrics.cluster_labels(x, theta_c=0.2, block_size=block_size), dense)
 
 
+def test_cluster_counts_equal_the_count_of_each_state():
+    rng = np.random.default_rng(12)
+    states = []
+    for k in range(1, 9):  # k clusters of noisy points, then a spread state and a chained arc
+        centres = unit_rows(rng, (k, 3))
+        x = centres[np.arange(40) % k] + 0.01 * rng.normal(size=(40, 3))
+        states.append(x / np.linalg.norm(x, axis=1, keepdims=True))
+    states.append(unit_rows(rng, (40, 3)))
+    angles = np.arange(40) * 0.05
+    states.append(np.stack([np.cos(angles), np.sin(angles), np.zeros(40)], axis=1))
+    xs = np.stack(states)
+    expected = [metrics.n_clusters(x, theta_c=0.2) for x in xs]
+    np.testing.assert_array_equal(metrics.cluster_counts(xs, theta_c=0.2), expected)
+    assert expected[-1] == 1 and expected[-2] > 8  # chaining and a spread state are in the set
+    with pytest.raises(ValueError, match=r"^cluster_counts: `xs` must be a \(T, n, d\) array of states"):
+        metrics.cluster_counts(xs[0])
+
+
 def test_conditional_spread_closed_form():
     # Group 0: an antipodal pair (|m_0| = 0); group 1: a Dirac of 2; group 2: a latitude circle.
     circle = latitude_circle(4, 0.6)

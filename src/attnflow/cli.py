@@ -161,8 +161,10 @@ def run(
     try:
         from attnflow.io.config import config_hash, load_config
         from attnflow.numerics.lanes import use_cpu_cores
+        from attnflow.numerics.program_cache import enable_persistent_cache
         from attnflow.workflows.run import run as run_simulation
 
+        enable_persistent_cache()
         use_cpu_cores()  # large n: the tile lanes run on every core (results do not depend on it)
         if _INTERRUPTS:
             raise KeyboardInterrupt
@@ -216,10 +218,12 @@ def reproduce(
     workers: Annotated[int | None, typer.Option(hidden=True, help="Processes (default <= 2).")] = None,
 ) -> None:
     """Run the paper's experiments E0-E9, check every expectation, write the report."""
+    from attnflow.numerics.program_cache import enable_persistent_cache
     from attnflow.viz.report import failure_lines, summary_table
     from attnflow.workflows.reproduce import reproduce as run_reproduce
     from attnflow.workflows.reproduce_plan import parse_only, parse_sizes
 
+    enable_persistent_cache()
     with user_errors():
         ids, token_counts = parse_only(only), parse_sizes(sizes)
         check_out_folder(out)
@@ -246,9 +250,11 @@ def realize(
     t_end: Annotated[float, typer.Option(callback=_positive, help="Final time τ (> 0).")] = 40.0,
 ) -> None:
     """Realise a target law: build the gauge, run the dynamics, write the run folder."""
+    from attnflow.numerics.program_cache import enable_persistent_cache
     from attnflow.workflows.realize import SUMMARY_KEYS as REALIZE_KEYS
     from attnflow.workflows.realize import run_realisation
 
+    enable_persistent_cache()
     with user_errors():
         out = check_out_folder(out if out is not None else Path("runs") / f"realize-{kind}-{target.stem}")
         with progress_bar("realising") as bar:

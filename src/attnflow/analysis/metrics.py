@@ -44,6 +44,7 @@ from scipy.spatial.distance import cdist
 __all__ = [
     "azimuth_uniformity",
     "circular_ks",
+    "cluster_counts",
     "cluster_labels",
     "collapse_time",
     "conditional_spread",
@@ -206,6 +207,30 @@ def cluster_labels(x: Any, *, theta_c: float = 0.1, block_size: int | None = Non
 def n_clusters(x: Any, *, theta_c: float = 0.1) -> int:
     """Number of connected components of ``{G_ij ≥ cos θ_c}`` (:func:`cluster_labels`); 1 on a Dirac."""
     return int(cluster_labels(x, theta_c=theta_c).max()) + 1
+
+
+def cluster_counts(xs: Any, *, theta_c: float = 0.1) -> np.ndarray:
+    """:func:`n_clusters` of every state of ``xs (T, n, d)`` at once: ``(T,)`` integers.
+
+    The graphs of all snapshots form one block-diagonal graph whose components are counted by one
+    ``connected_components`` call (snapshots in chunks of about ``2²²`` Gram entries), instead of
+    one call per snapshot."""
+    xs = np.asarray(xs, dtype=float)
+    if xs.ndim != 3 or xs.shape[0] < 1:
+        raise ValueError(f"cluster_counts: `xs` must be a (T, n, d) array of states; got shape {xs.shape!r}.")
+    theta_c = _check_theta_c(theta_c, "cluster_counts")
+    steps, n, _ = xs.shape
+    cos_c, chunk = np.cos(theta_c), max(1, _MAX_BLOCK_ENTRIES // (n * n))
+    counts = np.empty(steps, dtype=np.int64)
+    for start in range(0, steps, chunk):
+        block = xs[start : start + chunk]
+        k, rows, cols = np.nonzero(np.triu(block @ np.swapaxes(block, 1, 2) >= cos_c, 1))
+        size = block.shape[0] * n
+        edges = coo_matrix((np.ones(rows.size), (k * n + rows, k * n + cols)), shape=(size, size)).tocsr()
+        _, component = connected_components(edges, directed=False)
+        per_state = np.sort(component.reshape(-1, n), axis=1)
+        counts[start : start + block.shape[0]] = 1 + np.count_nonzero(np.diff(per_state, axis=1), axis=1)
+    return counts
 
 
 def n_eff(x: Any, *, theta_c: float = 0.1) -> float:

@@ -25,7 +25,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.linalg
-import scipy.stats
 
 AXES = {"x": (1, 2), "y": (2, 0), "z": (0, 1)}  # generator L_a rotates the plane (i, j) of axis a
 
@@ -220,6 +219,8 @@ def haar_orthogonal(key, k: int, d: int) -> np.ndarray:
     outcomes of the paper's experiment E3 were measured with it).
     """
     if isinstance(key, int | np.integer):
+        import scipy.stats  # heavy (most of `import attnflow`'s time): only where it is drawn from
+
         return scipy.stats.ortho_group.rvs(d, size=k, random_state=int(key)).reshape(k, d, d)
     g = np.asarray(jax.random.normal(key, (k, d, d), dtype=jnp.float64))
     qs, rs = np.linalg.qr(g)

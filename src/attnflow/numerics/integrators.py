@@ -8,8 +8,12 @@ Two ways to stay on the sphere share the same stages (``_slopes``):
   ``dexp_inv``, so every stage point lies on the sphere; the step ends with ``exp_x(σ)``. This is the
   classical method applied to the ODE in the chart ``exp_x``, hence of the same order.
 
-``Adaptive`` is the Dormand–Prince 5(4) pair: ``step_with_error`` returns the step and the scaled
-norm of the embedded error estimate (ambient norm, each accepted step renormalised). How long a step
+``Adaptive`` is the Dormand–Prince 5(4) pair with first-same-as-last stages: ``fsal_step`` takes
+the slope at ``x`` from the previous step and evaluates the field 6 times (its last stage is the
+slope at the renormalised new point, the next step's first), returns the step, its 7 slopes and the
+scaled norm of the embedded error estimate (ambient norm). ``interpolate`` is the pair's free
+4th-order dense output (Shampine's continuous extension, renormalised): snapshots are read off it,
+never stepped to. How long a step
 is, is not the method's business: the step-size policy (``attnflow.numerics.steps``: ``ConstantSteps``,
 ``AdaptiveSteps``) decides; ``method.default_steps(dt)`` is the policy a method runs with when none
 is given. Every method declares its ``order``; the tests measure it.
@@ -87,6 +91,17 @@ DOPRI5_TABLEAU = Tableau(
     c=(0.0, 1 / 5, 3 / 10, 4 / 5, 8 / 9, 1.0, 1.0),
     b_error=(5179 / 57600, 0.0, 7571 / 16695, 393 / 640, -92097 / 339200, 187 / 2100, 1 / 40),
 )
+# Dense output of DOPRI5 (Shampine 1986, as in Hairer–Nørsett–Wanner and scipy's RK45): the weight of
+# slope i at theta in [0, 1] is sum_j DOPRI5_DENSE[i][j] theta^(j+1); at theta = 1 it is b_i.
+DOPRI5_DENSE = (
+    (1.0, -8048581381 / 2820520608, 8663915743 / 2820520608, -12715105075 / 11282082432),
+    (0.0, 0.0, 0.0, 0.0),
+    (0.0, 131558114200 / 32700410799, -68118460800 / 10900136933, 87487479700 / 32700410799),
+    (0.0, -1754552775 / 470086768, 14199869525 / 1410260304, -10690763975 / 1880347072),
+    (0.0, 127303824393 / 49829197408, -318862633887 / 49829197408, 701980252875 / 199316789632),
+    (0.0, -282668133 / 205662961, 2019193451 / 616988883, -1453857185 / 822651844),
+    (0.0, 40617522 / 29380423, -110615467 / 29380423, 69997945 / 29380423),
+)
 
 
 def _combine(weights, slopes, dt):
@@ -162,14 +177,42 @@ class Adaptive(_Method):
     tableau = DOPRI5_TABLEAU
     order = 5
 
-    def step_with_error(self, field: VectorField, x: jax.Array, dt, *, rtol, atol):
-        """One trial step: ``(x_new, error_norm)``, the RMS of the embedded error scaled by
-        ``atol + rtol·|x|``; a controller accepts it when ``error_norm <= 1``."""
-        slopes = _slopes(field, x, dt, self.tableau, geodesic=False)
-        high = x + _combine(self.tableau.b, slopes, dt)
-        low = x + _combine(self.tableau.b_error, slopes, dt)
+    fsal = True
+
+    def fsal_step(self, field: VectorField, x: jax.Array, k1: jax.Array, dt, *, rtol, atol, first_stage=1):
+        """One trial step from ``x`` with its slope ``k1 = field(x)``: ``(x_new, slopes (7, n, d),
+        error_norm)``. Six field evaluations: the last stage is taken at the renormalised ``x_new``
+        (its row of ``a`` is ``b``), so ``slopes[-1]`` is exactly the next step's ``k1``.
+        ``first_stage = 0`` (a run's first step) evaluates ``k1`` too (``k1`` is then ignored).
+        The stages are a loop (``lax.fori_loop``) over the rows of ``a``, so the field appears once
+        in the compiled program. ``error_norm`` is the RMS of the embedded error scaled by
+        ``atol + rtol·|x|``; a controller accepts the step when ``error_norm <= 1``."""
+        tableau, stages = self.tableau, len(self.tableau.b)
+        a = jnp.asarray([row + (0.0,) * (stages - len(row)) for row in tableau.a], x.dtype)
+
+        def stage(i, slopes):
+            point = x + dt * jnp.tensordot(a[i], slopes, axes=1)
+            point = jnp.where(i == stages - 1, normalize(point), point)
+            return slopes.at[i].set(field(point))
+
+        slopes = jnp.zeros((stages, *x.shape), x.dtype).at[0].set(k1)
+        slopes = jax.lax.fori_loop(first_stage, stages, stage, slopes)
+        high = x + dt * jnp.tensordot(a[-1], slopes, axes=1)
+        low = x + dt * jnp.tensordot(jnp.asarray(tableau.b_error, x.dtype), slopes, axes=1)
         scale = atol + rtol * jnp.maximum(jnp.abs(x), jnp.abs(high))
-        return normalize(high), jnp.sqrt(jnp.mean(((high - low) / scale) ** 2))
+        return normalize(high), slopes, jnp.sqrt(jnp.mean(((high - low) / scale) ** 2))
+
+    def step_with_error(self, field: VectorField, x: jax.Array, dt, *, rtol, atol):
+        """One trial step without a carried slope: ``(x_new, error_norm)`` (7 evaluations)."""
+        x_new, _, err = self.fsal_step(field, x, jnp.zeros_like(x), dt, rtol=rtol, atol=atol, first_stage=0)
+        return x_new, err
+
+    def interpolate(self, x: jax.Array, slopes: jax.Array, dt, theta) -> jax.Array:
+        """The dense output at ``t + theta·dt`` (``theta`` in [0, 1]) of the step of length ``dt``
+        from ``x`` with ``slopes``, renormalised: error O(dt^5) per step (4th order)."""
+        powers = theta ** jnp.arange(1, 5, dtype=slopes.dtype)
+        weights = jnp.asarray(DOPRI5_DENSE, slopes.dtype) @ powers
+        return normalize(x + dt * jnp.tensordot(weights, slopes, axes=1))
 
     def default_steps(self, dt: float, *, max_steps: int) -> AdaptiveSteps:
         """Error control at this method's tolerances, from a first trial step ``dt``."""

@@ -9,8 +9,10 @@ group of snapshot times (a ``lax.scan``), each chunk of steps by the policy, and
 snapshots with one status code per snapshot (``attnflow.numerics.status``). A run whose status is
 no longer ``ok`` is frozen (its carry kept; an adaptive loop does not start).
 
-The orchestration (``solve``): compile the core once per call, ahead of time (the snapshot times
-are a traced argument, so every call reuses the executable; ``Trajectory.compile_time_s``), call
+The orchestration (``solve``): compile the core once per structure of the problem, ahead of time
+(``attnflow.numerics.program_cache``: the kernel's numbers and the snapshot times are arguments,
+so every call of a run, and every later run of the same shapes and options in the process, reuses
+the executable; ``Trajectory.compile_time_s``, 0 when reused), call
 it once per group of snapshots (Python runs once per call, never once per step), one call ahead of
 the one being read (storage in ``on_snapshot`` overlaps the computation; the status codes travel
 with the snapshots: one host synchronisation per call), and stop when no run is ``ok``.
@@ -45,7 +47,6 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -53,16 +54,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnflow.numerics import batch
+from attnflow.numerics import batch, program_cache
 from attnflow.numerics.dynamics import VectorField
 from attnflow.numerics.integrators import Integrator
 from attnflow.numerics.saving import SaveAt, snapshot_count, snapshot_group
 from attnflow.numerics.status import Status
-from attnflow.numerics.steps import AdaptiveSteps, ConstantSteps, StepPolicy
+from attnflow.numerics.steps import AdaptiveSteps, ConstantSteps, PIController, StepPolicy
 
 __all__ = [
     "AdaptiveSteps",
     "ConstantSteps",
+    "PIController",
     "Problem",
     "SaveAt",
     "SnapshotCallback",
@@ -76,7 +78,7 @@ __all__ = [
 ]
 
 SnapshotCallback = Callable[[int, float, np.ndarray], None]
-_OK, _NONFINITE, _MAX_STEPS = Status.ok.code, Status.nonfinite.code, Status.max_steps.code
+_OK = Status.ok.code
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,12 +87,17 @@ class Trajectory:
 
     ``statuses``: ``Status`` per run (shape ``()``, or ``(B,)`` for a batch); a run's snapshots
     after its last ``ok`` one are NaN (a single run's trajectory ends there). ``steps``: the most
-    steps any run took."""
+    steps (accepted and rejected) any run took; ``accepted``, ``rejected``, ``evaluations``: each
+    run's step statistics (``statistics()``: plain integers, for metrics files)."""
 
     ts: np.ndarray
     xs: np.ndarray
     statuses: np.ndarray
     steps: int
+    # per run (shape of ``statuses``): accepted and rejected steps, field evaluations (the stages)
+    accepted: np.ndarray | None = None
+    rejected: np.ndarray | None = None
+    evaluations: np.ndarray | None = None
     # the one-time start-up, excluded from run times: the ahead-of-time compilation (a batch in
     # worker processes: the longest compilation among them; their start is in the wall time)
     compile_time_s: float = 0.0
@@ -99,6 +106,13 @@ class Trajectory:
     def status(self) -> Status:
         """The status of a run; of a batch, the first that is not ``ok`` (``ok`` if none)."""
         return next((s for s in self.statuses.ravel() if s != Status.ok), Status.ok)
+
+    def statistics(self) -> dict[str, int | list[int]]:
+        """``{"steps_accepted", "steps_rejected", "evaluations"}``: integers for a run, lists for a
+        batch (JSON-ready)."""
+        names = ("steps_accepted", "steps_rejected", "evaluations")
+        values = (self.accepted, self.rejected, self.evaluations)
+        return {name: np.asarray(v).tolist() for name, v in zip(names, values, strict=True)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,7 +132,8 @@ Carry = tuple  # (x, key, step-policy state, status code)
 def advance(problem: Problem, carry: Carry, t_targets: jax.Array) -> tuple[Carry, tuple]:
     """The pure core: one run (unbatched) through the snapshot times ``t_targets (G,)``.
 
-    Returns the new carry and ``(xs (G, n, d), codes (G,), steps (G,))``. A run whose status is
+    Returns the new carry and ``(xs (G, n, d), codes (G,), stats (G, 3))``, the stats being the
+    chunk's (accepted, rejected, evaluations). A run whose status is
     not ``ok`` keeps its carry (its adaptive loop does not start; fixed steps are computed and
     discarded: a ``lax.cond`` here would change how XLA compiles the lanes, and with it the
     last bit of results on several devices)."""
@@ -127,23 +142,21 @@ def advance(problem: Problem, carry: Carry, t_targets: jax.Array) -> tuple[Carry
     def chunk(carry, t_target):
         x, key, state, code = carry
         active = code == _OK
-        x_new, key_new, state_new, steps, within = problem.stepsize.advance(
+        x_new, key_new, state_new, stats, code_new = problem.stepsize.advance(
             problem.method, problem.field, x, key, state, t_target, active=active, **options
         )
-        finite = jnp.all(jnp.isfinite(x_new))
-        code_new = jnp.where(within, jnp.where(finite, _OK, _NONFINITE), _MAX_STEPS).astype(jnp.int32)
         keep = lambda new, old: jnp.where(active, new, old)  # noqa: E731
         carry = jax.tree.map(keep, (x_new, key_new, state_new, code_new), (x, key, state, code))
-        return carry, (carry[0], carry[3], jnp.where(active, steps, 0).astype(jnp.int32))
+        return carry, (carry[0], carry[3], jnp.where(active, stats, 0).astype(jnp.int32))
 
     return jax.lax.scan(chunk, carry, t_targets)
 
 
 def _start(problem: Problem, x0: jax.Array, keys: jax.Array) -> Carry:
-    state = problem.stepsize.init(x0.dtype)
     if x0.ndim == 3:  # a batch: one policy state and one status per run
-        state = jax.tree.map(lambda s: jnp.broadcast_to(s, x0.shape[:1]), state)
+        state = jax.vmap(lambda x: problem.stepsize.init(problem.method, x))(x0)
         return x0, keys, state, jnp.zeros(x0.shape[:1], jnp.int32)
+    state = problem.stepsize.init(problem.method, x0)
     return x0, keys, state, jnp.zeros((), jnp.int32)
 
 
@@ -159,6 +172,29 @@ def _program(problem: Problem, batched: bool):
     if jax.default_backend() != "cpu":
         return jax.vmap(one, in_axes=(0, None))
     return lambda carry, t_targets: jax.lax.map(lambda c: one(c, t_targets), carry)
+
+
+def _compiled(problem: Problem, batched: bool, carry: Carry, t_targets: jax.Array):
+    """``(program(carry, t_targets), compile_time_s)``: the compiled call from the program cache
+    (``attnflow.numerics.program_cache``), keyed by the problem's structure; the field's arrays
+    (the kernel's numbers) are its arguments. ``compile_time_s`` is 0 when it was compiled before."""
+    structure, arrays = program_cache.split_field(problem.field)
+    stepsize = problem.stepsize
+    if isinstance(stepsize, AdaptiveSteps):  # the first trial step only sets the initial state
+        stepsize = dataclasses.replace(stepsize, dt0=1.0)
+    save_every = problem.saveat.save_every
+    key = (structure, problem.method, stepsize, save_every, problem.noise, batched)
+
+    def build():
+        def program(arrays, carry, t_targets):
+            field = structure.build(arrays)
+            traced = Problem(field, problem.method, stepsize, SaveAt(save_every, save_every), problem.noise)
+            return _program(traced, batched)(carry, t_targets)
+
+        return program
+
+    executable, compile_time = program_cache.compiled(key, build, (arrays, carry, t_targets))
+    return (lambda carry, t_targets: executable(arrays, carry, t_targets)), compile_time
 
 
 def integrate(
@@ -191,23 +227,21 @@ def integrate(
 
 
 def _run(problem: Problem, x0: jax.Array, keys: jax.Array, on_snapshot: SnapshotCallback | None = None):
-    """The orchestration in this process: ``(ts, xs, codes, steps, compile_time_s)``."""
+    """The orchestration in this process: ``(ts, xs, codes, stats (runs, 3), compile_time_s)``."""
     saveat, batched = problem.saveat, x0.ndim == 3
     n, runs = x0.shape[-2], (x0.shape[0] if batched else 1)
     stages = problem.stepsize.evaluations_per_save(problem.method, saveat.save_every)
     group = saveat.group(None if stages is None else stages * runs * n * n)
     ts, xs = [0.0], [np.asarray(x0)]
-    codes, steps = np.zeros(x0.shape[:1] if batched else (), np.int32), np.zeros(runs, np.int64)
+    codes, stats = np.zeros(x0.shape[:1] if batched else (), np.int32), np.zeros((runs, 3), np.int64)
     if on_snapshot is not None:
         on_snapshot(0, 0.0, xs[0])
 
     def times(call: int) -> jax.Array:
         return jnp.asarray([saveat.time(call * group + j + 1) for j in range(group)], x0.dtype)
 
-    start = time.perf_counter()
     carry = _start(problem, x0, keys)
-    program = jax.jit(_program(problem, batched)).lower(carry, times(0)).compile()
-    compile_time = time.perf_counter() - start
+    program, compile_time = _compiled(problem, batched, carry, times(0))
     n_calls = saveat.chunks // group
     out = program(carry, times(0))
     for call in range(n_calls):
@@ -215,9 +249,9 @@ def _run(problem: Problem, x0: jax.Array, keys: jax.Array, on_snapshot: Snapshot
         fetched = jax.device_get(out[1])
         if batched:  # (B, G, ...) -> (G, B, ...)
             fetched = tuple(np.moveaxis(a, 1, 0) for a in fetched)
-        group_xs, group_codes, group_steps = fetched
+        group_xs, group_codes, group_stats = fetched
         for j in range(group):
-            codes, steps = group_codes[j], steps + group_steps[j]
+            codes, stats = group_codes[j], stats + group_stats[j].reshape(runs, 3)
             alive = codes == _OK
             if not np.any(alive):
                 break
@@ -230,7 +264,7 @@ def _run(problem: Problem, x0: jax.Array, keys: jax.Array, on_snapshot: Snapshot
         if not np.any(codes == _OK):
             break
         out = following
-    return np.asarray(ts), np.stack(xs), codes, int(steps.max()), compile_time
+    return np.asarray(ts), np.stack(xs), codes, stats, compile_time
 
 
 def _run_share(problem: Problem, x0: np.ndarray, keys: jax.Array):
@@ -271,7 +305,7 @@ def _run_in_processes(problem: Problem, x0: jax.Array, keys: jax.Array, count: i
 
     xs = np.concatenate([padded(p[1]) for p in parts], axis=1)
     codes = np.concatenate([p[2] for p in parts])
-    return ts, xs, codes, max(p[3] for p in parts), max(p[4] for p in parts)
+    return ts, xs, codes, np.concatenate([p[3] for p in parts]), max(p[4] for p in parts)
 
 
 def solve(
@@ -314,11 +348,19 @@ def solve(
     keys = jax.random.split(key, x0.shape[0]) if batched else key
     count = _processes(problem, x0, workers) if batched else 1
     if count == 1:
-        ts, xs, codes, steps, compile_time = _run(problem, x0, keys, on_snapshot)
+        ts, xs, codes, stats, compile_time = _run(problem, x0, keys, on_snapshot)
     else:
-        ts, xs, codes, steps, compile_time = _run_in_processes(problem, x0, keys, count)
+        ts, xs, codes, stats, compile_time = _run_in_processes(problem, x0, keys, count)
         for k, t in enumerate(ts) if on_snapshot is not None else ():
             on_snapshot(k, float(t), xs[k])
+    per_run = stats if batched else stats[0]
     return Trajectory(
-        ts=ts, xs=xs, statuses=Status.from_codes(codes), steps=steps, compile_time_s=compile_time
+        ts=ts,
+        xs=xs,
+        statuses=Status.from_codes(codes),
+        steps=int((stats[:, 0] + stats[:, 1]).max()),
+        accepted=per_run[..., 0],
+        rejected=per_run[..., 1],
+        evaluations=per_run[..., 2],
+        compile_time_s=compile_time,
     )

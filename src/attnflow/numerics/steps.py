@@ -1,23 +1,24 @@
 """Step-size policies: how long each step of a run is (diffrax's step-size controllers).
 
 A policy advances one run from one snapshot time to the next (``advance``), carrying its own state
-between snapshots (``init``):
+between snapshots (``init(method, x0)``):
 
 - ``ConstantSteps(dt)``: ``save_every / dt`` steps of ``dt`` (a ``lax.scan``), with the noise and
   stochastic fields that need a fixed grid. The state carried is nothing.
-- ``AdaptiveSteps(rtol, atol, ...)``: trial steps of a method with an embedded error estimate
-  (``method.step_with_error``), accepted when the scaled error is at most 1; the next step is
-  ``h · clip(safety · err^(−1/order), factor_min, factor_max)`` (``adapt``, the controller proper).
-  A step is shortened to land on the snapshot time and does not shrink the next one. The state
-  carried is ``(h, t)``; at most ``max_steps`` trial steps per snapshot.
+- ``AdaptiveSteps(rtol, atol, ..., controller=PIController())``: trial steps of a method with
+  first-same-as-last stages, an embedded error estimate and a dense output (``Adaptive``:
+  ``fsal_step``, ``interpolate``). A trial step is accepted when its scaled error is at most 1;
+  the controller (``PIController.adapt``) sets the next step from this error and the previous
+  accepted one. A rejected step (error above 1, or not finite) is retried shorter. The steps do not
+  land on snapshot times: the run steps past each one and the snapshot is interpolated. The state
+  carried is the integration state (its time, point, slope, last accepted step and its slopes, the
+  previous error); at most ``max_steps`` trial steps per snapshot.
 
 ``advance`` (given ``active``, False for a run that has stopped) returns
-``(x, key, state, steps, within)``: ``within`` is False when the policy ran out of steps. A
-non-finite error estimate stops the adaptive loop at once (the caller reads the state's finiteness
-and reports ``Status.nonfinite``).
-
-Designed for a PI controller and dense output (a later policy): ``adapt`` takes the error and
-returns (accept, next step); a policy may carry more state (previous errors, the last slope).
+``(x, key, state, stats, code)``: ``x`` the snapshot, ``stats`` the int32 counts
+``(accepted, rejected, field evaluations)`` of this chunk, ``code`` the ``Status`` code (ok; a
+non-finite state; out of steps: ``max_steps``, or ``nonfinite`` when the last trial step was not
+finite).
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ import jax.numpy as jnp
 
 from attnflow.core.sphere import normalize
 from attnflow.numerics.dynamics import noise_increment
+from attnflow.numerics.status import Status
+
+_OK, _NONFINITE, _MAX_STEPS = Status.ok.code, Status.nonfinite.code, Status.max_steps.code
 
 
 def is_stochastic(field) -> bool:
@@ -87,7 +91,7 @@ class ConstantSteps:
         """Field evaluations between two snapshots (to size the compiled calls)."""
         return self.steps_per_save(save_every) * len(method.tableau.b)
 
-    def init(self, dtype):  # noqa: ARG002
+    def init(self, method, x):  # noqa: ARG002
         return ()
 
     def advance(self, method, field, x, key, state, t_target, *, active, noise: float, save_every: float):  # noqa: ARG002
@@ -100,20 +104,62 @@ class ConstantSteps:
             return step(*carry, self.dt), None
 
         (x, key), _ = jax.lax.scan(body, (x, key), None, length=count)
-        return x, key, state, jnp.asarray(count), jnp.asarray(True)
+        stats = jnp.asarray([count, 0, count * len(method.tableau.b)], jnp.int32)
+        code = jnp.where(jnp.all(jnp.isfinite(x)), _OK, _NONFINITE).astype(jnp.int32)
+        return x, key, state, stats, code
+
+
+@dataclasses.dataclass(frozen=True)
+class PIController:
+    """Proportional–integral step-size control (diffrax's ``PIDController`` without the derivative
+    term): after an accepted trial step ``h`` with scaled error ``e`` (previous accepted error
+    ``e_prev``) the next step is ``h · clip(safety · e^(−(pcoeff+icoeff)/k) · e_prev^(pcoeff/k),
+    factor_min, factor_max)``, ``k`` the method's order; after a rejected one,
+    ``h · clip(safety · e^(−1/k), factor_min, 1)`` (``factor_min`` when ``e`` is not finite).
+    ``pcoeff = 0, icoeff = 1`` is the classical integral controller; the defaults are Hairer's
+    DOPRI5 values (exponents 0.17 and 0.04 at k = 5)."""
+
+    pcoeff: float = 0.2
+    icoeff: float = 0.65
+    safety: float = 0.9
+    factor_min: float = 0.2
+    factor_max: float = 10.0
+
+    def __post_init__(self) -> None:
+        for name in ("pcoeff", "icoeff"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"PIController: `{name}` must be >= 0; got {getattr(self, name)!r}.")
+        if not 0 < self.safety <= 1:
+            raise ValueError(f"PIController: `safety` must be in (0, 1]; got {self.safety!r}.")
+        if not 0 < self.factor_min < 1 < self.factor_max:
+            raise ValueError(
+                f"PIController: `factor_min` and `factor_max` must satisfy 0 < factor_min < 1 < "
+                f"factor_max; got {(self.factor_min, self.factor_max)!r}."
+            )
+
+    def adapt(self, h, error_norm, error_prev, order: int):
+        """``(accept, next step, error to remember)`` after a trial step ``h``."""
+        finite = jnp.isfinite(error_norm)
+        e = jnp.where(finite, jnp.maximum(error_norm, 1e-10), 1.0)
+        accept = finite & (error_norm <= 1.0)
+        grow = self.safety * e ** (-(self.pcoeff + self.icoeff) / order) * error_prev ** (self.pcoeff / order)
+        shrink = jnp.where(finite, self.safety * e ** (-1.0 / order), self.factor_min)
+        factor = jnp.where(
+            accept, jnp.clip(grow, self.factor_min, self.factor_max), jnp.clip(shrink, self.factor_min, 1.0)
+        )
+        return accept, h * factor, jnp.where(accept, jnp.maximum(e, 1e-4), error_prev)
 
 
 @dataclasses.dataclass(frozen=True)
 class AdaptiveSteps:
-    """Error-controlled steps of a method with an embedded pair, from a first trial step ``dt0``."""
+    """Error-controlled steps of a method with an embedded pair and a dense output, from a first
+    trial step ``dt0``; ``controller`` sets each next step."""
 
     rtol: float = 1e-8
     atol: float = 1e-10
     dt0: float = 1e-2
     max_steps: int = 1_000_000  # trial steps per snapshot
-    safety: float = 0.9
-    factor_min: float = 0.2
-    factor_max: float = 5.0
+    controller: PIController = PIController()
 
     def __post_init__(self) -> None:
         for name in ("rtol", "atol", "dt0"):
@@ -125,7 +171,7 @@ class AdaptiveSteps:
             )
 
     def check(self, method, field, *, noise: float, save_every: float) -> None:  # noqa: ARG002
-        if not hasattr(method, "step_with_error"):
+        if not hasattr(method, "fsal_step"):
             raise ValueError(
                 f"solve: `integrator` must have an embedded error estimate (adaptive) for AdaptiveSteps; "
                 f"got {type(method).__name__}."
@@ -140,39 +186,60 @@ class AdaptiveSteps:
                 "geodesic_rk4); got adaptive."
             )
 
-    def evaluations_per_save(self, method, save_every: float) -> None:  # noqa: ARG002
-        """Unknown in advance."""
-        return None
+    def evaluations_per_save(self, method, save_every: float) -> int:  # noqa: ARG002
+        """Unknown in advance: a low estimate, one trial step per snapshot (to size the compiled
+        calls only; long steps pass several snapshots)."""
+        return len(method.tableau.b) - 1
 
-    def init(self, dtype):
-        return jnp.asarray(self.dt0, dtype), jnp.asarray(0.0, dtype)
-
-    def adapt(self, h, error_norm, order: int):
-        """``(accept, next step)`` after a trial step ``h`` with scaled error ``error_norm``."""
-        factor = self.safety * jnp.maximum(error_norm, 1e-10) ** (-1.0 / order)
-        return error_norm <= 1.0, h * jnp.clip(factor, self.factor_min, self.factor_max)
+    def init(self, method, x):
+        """The state at t = 0: no step taken yet (the first slope is evaluated by the first
+        ``advance``)."""
+        zero = jnp.zeros((), x.dtype)
+        slopes = jnp.zeros((len(method.tableau.b), *x.shape), x.dtype)
+        return dict(
+            h=jnp.asarray(self.dt0, x.dtype), t=zero, x=x, k=jnp.zeros_like(x), x_last=x, t_last=zero,
+            h_last=jnp.asarray(self.dt0, x.dtype), slopes=slopes, error_prev=jnp.ones((), x.dtype),
+            started=jnp.zeros((), bool),
+        )  # fmt: skip
 
     def advance(self, method, field, x, key, state, t_target, *, active, noise: float, save_every: float):  # noqa: ARG002
-        """Trial steps until ``t_target`` (or ``max_steps`` of them); none unless ``active``."""
+        """Trial steps until the integration time passes ``t_target`` (or ``max_steps`` of them;
+        none unless ``active``), then the snapshot from the dense output of the last step."""
+        stages = len(method.tableau.b)
 
         def cond(loop):
-            _, _, t, steps = loop
-            return active & (t < t_target * (1 - 1e-14)) & (steps < self.max_steps)
+            s, counts, _ = loop
+            return active & (s["t"] < t_target) & (counts[0] + counts[1] < self.max_steps)
 
         def body(loop):
-            x, h, t, steps = loop
-            h_try = jnp.minimum(h, t_target - t)
-            x_new, err = method.step_with_error(field, x, h_try, rtol=self.rtol, atol=self.atol)
-            broken = ~jnp.isfinite(err)  # the state left the reals: keep it and stop
-            accept, h_next = self.adapt(h_try, err, method.order)
-            accept = accept | broken
-            h_next = jnp.where(accept & (h_try < h), h, h_next)  # landing on t_target: h is kept
-            t_next = jnp.where(broken, t_target, jnp.where(accept, t + h_try, t))
-            return jnp.where(accept, x_new, x), h_next, t_next, steps + 1
+            s, counts, _ = loop
+            first = jnp.where(s["started"], 1, 0)  # a run's first trial also evaluates its first slope
+            x_new, slopes, err = method.fsal_step(
+                field, s["x"], s["k"], s["h"], rtol=self.rtol, atol=self.atol, first_stage=first
+            )
+            accept, h_next, error_prev = self.controller.adapt(s["h"], err, s["error_prev"], method.order)
+            moved = dict(
+                h=h_next, t=s["t"] + s["h"], x=x_new, k=slopes[-1], x_last=s["x"], t_last=s["t"],
+                h_last=s["h"], slopes=slopes, error_prev=error_prev, started=s["started"],
+            )  # fmt: skip
+            s = jax.tree.map(lambda new, old: jnp.where(accept, new, old), moved, s)
+            s = {
+                **s,
+                "h": h_next,
+                "k": jnp.where(accept, slopes[-1], slopes[0]),
+                "started": jnp.asarray(True),
+            }
+            counts = counts + jnp.stack([accept, ~accept, stages - first]).astype(jnp.int32)
+            return s, counts, ~jnp.isfinite(err)
 
-        h, t = state
-        x, h, t, steps = jax.lax.while_loop(cond, body, (x, h, t, jnp.asarray(0)))
-        return x, key, (h, t), steps, steps < self.max_steps
+        s, counts, broken = jax.lax.while_loop(
+            cond, body, (state, jnp.zeros(3, jnp.int32), jnp.asarray(False))
+        )
+        theta = (t_target - s["t_last"]) / s["h_last"]
+        snapshot = method.interpolate(s["x_last"], s["slopes"], s["h_last"], theta)
+        reached = s["t"] >= t_target
+        code = jnp.where(reached, _OK, jnp.where(broken, _NONFINITE, _MAX_STEPS)).astype(jnp.int32)
+        return snapshot, key, s, counts, code
 
 
 StepPolicy = ConstantSteps | AdaptiveSteps

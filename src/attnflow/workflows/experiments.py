@@ -157,9 +157,13 @@ class Experiment(_Frozen):
     expect: tuple[Expectation, ...] = Field(min_length=1)
     source: str = ""
 
-    def simulation_config(self, variant: Variant, n: int, *, quick: bool = False) -> Config:
-        """The validated config of ``variant`` at ``n`` tokens (seed 0; the runner sets the seed)."""
-        overrides = [f"model.n={n}", *variant.overrides, *(self.quick.overrides if quick else ())]
+    def simulation_config(
+        self, variant: Variant, n: int, *, quick: bool = False, overrides: Sequence[str] = ()
+    ) -> Config:
+        """The validated config of ``variant`` at ``n`` tokens (seed 0; the runner sets the seed);
+        ``overrides`` (``key=value``) come last, e.g. ``solver.method=rk4``."""
+        extra = overrides
+        overrides = [f"model.n={n}", *variant.overrides, *(self.quick.overrides if quick else ()), *extra]
         where = self.source or self.id
         data = apply_overrides(self.config, overrides, where=where)
         return config_from_dict(data, where=where)

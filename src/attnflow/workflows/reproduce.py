@@ -72,9 +72,16 @@ def _with_factor_matrix(sim: Simulation, config: Config) -> Simulation:
     return dataclasses.replace(sim, kernel=kernel, field=field)
 
 
+def _step_totals(trajectory) -> dict[str, int]:
+    """The job's step statistics summed over its seeds (accepted, rejected, field evaluations)."""
+    names = ("steps_accepted", "steps_rejected", "evaluations")
+    values = (trajectory.accepted, trajectory.rejected, trajectory.evaluations)
+    return {name: int(np.sum(v)) for name, v in zip(names, values, strict=True) if v is not None}
+
+
 def _simulate(job: Job, tick: Tick) -> JobResult:
     start = time.perf_counter()
-    config = job.experiment.simulation_config(job.variant, job.n, quick=job.quick)
+    config = job.simulation_config()
     sim = build(config)
     e_max = energy_max(sim.kernel)  # from the analytic factor (the theory dispatches on its type)
     sim = _with_factor_matrix(sim, config)
@@ -86,17 +93,16 @@ def _simulate(job: Job, tick: Tick) -> JobResult:
         tick(1)
 
     solve_start = time.perf_counter()
+    # The seeds of a job run in this process (workers=1): the jobs are what runs in parallel
+    # (run_jobs), and a process keeps its compiled programs for the next job of the same shapes.
     trajectory = solve(
         sim.field, x0, integrator=sim.integrator, dt=sim.dt, t_end=sim.t_end, save_every=sim.save_every,
-        noise=sim.noise, key=sim.key, on_snapshot=on_snapshot,
+        noise=sim.noise, key=sim.key, on_snapshot=on_snapshot, workers=1,
     )  # fmt: skip
     solve_end = time.perf_counter()
     tick(job.units() - len(stamps))  # a run that stopped early
-    # The solver's own compile time when it reports one, else the first chunk's excess over a typical one.
-    chunks = np.diff(stamps)
-    compile_s = float(getattr(trajectory, "compile_time_s", 0.0) or 0.0)
-    if compile_s == 0.0 and len(chunks) > 1:
-        compile_s = max(0.0, chunks[0] - float(np.median(chunks[1:])))
+    # the solver's own compile time (0 when its program was compiled by an earlier job of this process)
+    compile_s = float(trajectory.compile_time_s)
     xs = trajectory.xs if trajectory.xs.ndim == 4 else trajectory.xs[:, None]
     values, figure = measure(sim, trajectory.ts, xs, job.seeds, job.experiment, e_max=e_max)
     end = time.perf_counter()
@@ -107,6 +113,7 @@ def _simulate(job: Job, tick: Tick) -> JobResult:
         "run_s": solve_end - solve_start - compile_s,
         "measure_s": end - solve_end,
         "steps": trajectory.steps,
+        **_step_totals(trajectory),
     }
     reason = "" if trajectory.status == "ok" else f"solver stopped: {trajectory.status}"
     return JobResult(job.experiment.id, job.variant.name, job.label, job.n, job.seeds, trajectory.status,
@@ -208,8 +215,12 @@ def reproduce(
     n_seeds: int | None = None,
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    overrides: Sequence[str] = (),
 ) -> Outcome:
     """Run the experiments, evaluate every expectation, write the report into ``out_dir``.
+
+    ``overrides`` (``key=value``) apply to every simulated run, e.g. ``("solver.method=rk4",)``
+    for fixed steps of each file's ``dt`` (benchmarks compare it with the files' settings).
 
     ``workers``: processes that run jobs (default :func:`default_workers`; 1 runs everything here).
     """
@@ -217,7 +228,7 @@ def reproduce(
 
     start = time.perf_counter()
     experiments = load_experiments(only)
-    jobs = plan(experiments, quick=quick, sizes=sizes, n_seeds=n_seeds)
+    jobs = plan(experiments, quick=quick, sizes=sizes, n_seeds=n_seeds, overrides=overrides)
     total, done = sum(job.units() for job in jobs), 0
 
     def tick(units: int) -> None:

@@ -143,7 +143,7 @@ def measure(
         # A cluster count costs O(n²) in NumPy per snapshot: at most SERIES_POINTS of them per seed.
         stride = max(1, -(-(len(ts) - 1) // SERIES_POINTS))
         picked = np.unique(np.r_[np.arange(0, len(ts), stride), len(ts) - 1])
-        counts = [[metrics.n_clusters(us[k, b], theta_c=THETA_C) for k in picked] for b in range(len(seeds))]
+        counts = [metrics.cluster_counts(us[picked, b], theta_c=THETA_C) for b in range(len(seeds))]
         figure.series["gauge_n_clusters_t"] = ts[picked]
         figure.seed_series["gauge_n_clusters"] = np.asarray(counts)
     return values, figure

@@ -26,6 +26,13 @@ class Job:
     n: int
     seeds: tuple[int, ...]
     quick: bool
+    overrides: tuple[str, ...] = ()  # config overrides of every simulation, e.g. ("solver.method=rk4",)
+
+    def simulation_config(self):
+        """The validated config of this job's simulation (seed 0)."""
+        return self.experiment.simulation_config(
+            self.variant, self.n, quick=self.quick, overrides=self.overrides
+        )
 
     @property
     def label(self) -> str:
@@ -34,7 +41,7 @@ class Job:
     def cost(self) -> float:
         """Relative run time, ``steps · seeds · n²`` (the interaction is ``O(n²)`` per step)."""
         if self.experiment.kind == "simulate":
-            solver = self.experiment.simulation_config(self.variant, self.n, quick=self.quick).solver
+            solver = self.simulation_config().solver
             t_end, dt = solver.t_end, solver.dt
         else:
             p = self.experiment.realize_parameters(quick=self.quick)
@@ -45,7 +52,7 @@ class Job:
         """Progress units: snapshots of a simulation, or seeds of a realisation."""
         if self.experiment.kind != "simulate":
             return len(self.seeds)
-        solver = self.experiment.simulation_config(self.variant, self.n, quick=self.quick).solver
+        solver = self.simulation_config().solver
         return snapshot_count(solver.t_end, solver.save_every)
 
 
@@ -84,8 +91,11 @@ def plan(
     quick: bool = False,
     sizes: Sequence[int] | None = None,
     n_seeds: int | None = None,
+    overrides: Sequence[str] = (),
 ) -> list[Job]:
-    """One job per (experiment, variant, n). ``sizes``/``n_seeds`` override the files (testing)."""
+    """One job per (experiment, variant, n). ``sizes``/``n_seeds`` override the files (testing);
+    ``overrides`` (``key=value``) apply to every simulation (e.g. ``solver.method=rk4``: the fixed
+    steps of the files' ``dt``)."""
     if sizes is not None and (not sizes or any(int(n) < 2 for n in sizes)):
         raise ValueError(f"reproduce: `--sizes` must be token counts >= 2; got {list(sizes)!r}.")
     if n_seeds is not None and n_seeds < 1:
@@ -103,5 +113,5 @@ def plan(
         seeds = tuple(chosen.seeds)[:n_seeds] if n_seeds is not None else tuple(chosen.seeds)
         for n in tuple(sizes) if sizes is not None else chosen.sizes:
             for variant in experiment.variants:
-                jobs.append(Job(experiment, variant, int(n), seeds, quick))
+                jobs.append(Job(experiment, variant, int(n), seeds, quick, tuple(overrides)))
     return jobs

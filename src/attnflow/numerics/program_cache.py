@@ -1,0 +1,155 @@
+"""Compile once: the compiled time loop of ``solve``, kept per structure of the problem.
+
+A run's program depends on the structure of the problem only: the shapes and dtypes of the state,
+of the snapshot times and of the kernel's arrays, the kernel's kinds (gauge, factor, profile kind:
+the pytree structure), the field's options (normalisation, causality, value, block size), the
+method, the step-size policy (without its first trial step, which only sets the initial state),
+``save_every``, the noise and whether the run is a batch. The numbers of the kernel (beta, the
+frequencies, the factor's values) are arguments of the program, not constants baked into it.
+
+``split_field(field)`` separates a field into its structure (hashable) and its arrays;
+``structure.build(arrays)`` puts them back together inside the traced program. A field that is not
+a dataclass (a plain function) is its own structure: its program is reused only for the same
+function object.
+
+``enable_persistent_cache()`` (the CLI commands call it) keeps compiled programs between processes
+too, in a private user cache folder (``ATTNFLOW_CACHE_DIR`` overrides it).
+
+``compiled(key, build, args)`` is the one cache of compiled programs in attnflow, bounded to
+``MAX_PROGRAMS`` (least recently used first out); ``info()`` counts hits and misses (the tests
+assert that a second solve of the same shape compiles nothing).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+
+MAX_PROGRAMS = 32
+_PROGRAMS: collections.OrderedDict = collections.OrderedDict()
+_COUNTS = {"hits": 0, "misses": 0}
+_SCALARS = (bool, int, float, complex, str, type(None))
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldStructure:
+    """A dataclass field without its arrays: its class, its plain options and the pytree
+    structure of each array-valued attribute."""
+
+    cls: type
+    options: tuple[tuple[str, Any], ...]
+    trees: tuple[tuple[str, Any], ...]
+
+    def build(self, arrays: tuple) -> Any:
+        values = dict(self.options)
+        for (name, treedef), leaves in zip(self.trees, arrays, strict=True):
+            values[name] = jax.tree_util.tree_unflatten(treedef, leaves)
+        return self.cls(**values)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class OpaqueField:
+    """A field that cannot be split (a plain function): its own structure, compared by identity
+    (the cache entry holds the field, so its ``id`` is not reused while the entry lives)."""
+
+    field: Any
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, OpaqueField) and self.field is other.field
+
+    def __hash__(self) -> int:
+        return id(self.field)
+
+    def build(self, arrays: tuple) -> Any:  # noqa: ARG002
+        return self.field
+
+
+def split_field(field) -> tuple[FieldStructure | OpaqueField, tuple]:
+    """``(structure, arrays)`` with ``structure.build(arrays)`` equivalent to ``field``."""
+    if not dataclasses.is_dataclass(field) or isinstance(field, type):
+        return OpaqueField(field), ()
+    options, trees, arrays = [], [], []
+    for item in dataclasses.fields(field):
+        if not item.init:
+            continue
+        value = getattr(field, item.name)
+        if isinstance(value, _SCALARS):
+            options.append((item.name, value))
+            continue
+        leaves, treedef = jax.tree_util.tree_flatten(value)
+        trees.append((item.name, treedef))
+        arrays.append(tuple(leaves))
+    structure = FieldStructure(type(field), tuple(options), tuple(trees))
+    try:
+        hash(structure)
+    except TypeError:
+        return OpaqueField(field), ()
+    return structure, tuple(arrays)
+
+
+def _avals(args) -> tuple:
+    return tuple(
+        (treedef, tuple(jax.typeof(leaf) for leaf in leaves))
+        for leaves, treedef in [jax.tree_util.tree_flatten(args)]
+    )
+
+
+def compiled(key, build: Callable[[], Callable], args: tuple):
+    """``(executable, compile_time_s)``: the program ``build()`` compiled for ``args`` (its
+    abstract values join ``key``), or the one compiled before for the same key (time 0)."""
+    full_key = (key, _avals(args), jax.default_backend())
+    if full_key in _PROGRAMS:
+        _PROGRAMS.move_to_end(full_key)
+        _COUNTS["hits"] += 1
+        return _PROGRAMS[full_key], 0.0
+    start = time.perf_counter()
+    executable = jax.jit(build()).lower(*args).compile()
+    elapsed = time.perf_counter() - start
+    _COUNTS["misses"] += 1
+    _PROGRAMS[full_key] = executable
+    while len(_PROGRAMS) > MAX_PROGRAMS:
+        _PROGRAMS.popitem(last=False)
+    return executable, elapsed
+
+
+def info() -> dict[str, int]:
+    """``{"hits", "misses", "size"}`` of the program cache in this process."""
+    return {**_COUNTS, "size": len(_PROGRAMS)}
+
+
+def clear() -> None:
+    """Forget every compiled program (the counts too)."""
+    _PROGRAMS.clear()
+    _COUNTS.update(hits=0, misses=0)
+
+
+CACHE_ENV = "ATTNFLOW_CACHE_DIR"
+
+
+def persistent_cache_folder() -> Path:
+    """Where compiled programs persist between processes: ``$ATTNFLOW_CACHE_DIR`` if set, else
+    ``$XDG_CACHE_HOME/attnflow/jax`` (``~/.cache/attnflow/jax`` without it)."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "attnflow" / "jax"
+
+
+def enable_persistent_cache(folder: Path | None = None) -> Path:
+    """Turn on JAX's persistent compilation cache in ``folder`` (default ``persistent_cache_folder()``),
+    created private (mode 0o700): a later process of the same shapes loads its programs instead of
+    compiling them. JAX writes each entry atomically, so processes may share the folder. Returns
+    the folder."""
+    folder = persistent_cache_folder() if folder is None else Path(folder)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    folder.chmod(0o700)
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    return folder

@@ -1,0 +1,82 @@
+"""Compile once (numerics.program_cache): a second solve of the same structure compiles nothing,
+whatever the kernel's numbers; a different structure compiles its own program."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attnflow.core.kernel import Kernel, Profile
+from attnflow.numerics import dynamics, integrators, program_cache
+from attnflow.numerics.program_cache import OpaqueField, split_field
+from attnflow.numerics.solve import solve
+from helpers_core import factor_distance_bias, gauge_rope_full_period, make_kernel, uniform
+
+
+def _field(n, beta):
+    return dynamics.make_vector_field(
+        make_kernel(gauge_rope_full_period(n), factor_distance_bias(n), beta=beta)
+    )
+
+
+def test_split_field_round_trip_and_opaque_functions():
+    field = _field(8, 2.0)
+    structure, arrays = split_field(field)
+    rebuilt = structure.build(arrays)
+    x = uniform(8, 3, seed=0)
+    np.testing.assert_array_equal(np.asarray(rebuilt(x)), np.asarray(field(x)))  # the same field
+    other, _ = split_field(_field(8, 5.0))
+    assert other == structure and hash(other) == hash(structure)  # beta is an array, not structure
+    opaque, none = split_field(np.sin)
+    assert isinstance(opaque, OpaqueField) and none == () and opaque.build(()) is np.sin
+    assert split_field(np.sin)[0] == opaque and hash(split_field(np.sin)[0]) == hash(opaque)
+    assert split_field(np.cos)[0] != opaque
+
+
+def test_second_solve_of_the_same_shape_compiles_nothing():
+    n = 12
+    opts = dict(integrator=integrators.Adaptive(rtol=1e-7, atol=1e-9), dt=0.05, t_end=0.4, save_every=0.2)
+    program_cache.clear()
+    first = solve(_field(n, 1.0), uniform(n, 3, seed=1), **opts)
+    before = program_cache.info()
+    second = solve(_field(n, 3.0), uniform(n, 3, seed=2), **opts)
+    after = program_cache.info()
+    assert before["misses"] == after["misses"] == 1 and after["hits"] == before["hits"] + 1
+    assert first.compile_time_s > 0 and second.compile_time_s <= 0.05 * first.compile_time_s
+    # the reused program computes the second kernel, not the first: as a freshly compiled one would
+    program_cache.clear()
+    fresh = solve(_field(n, 3.0), uniform(n, 3, seed=2), **opts)
+    np.testing.assert_array_equal(fresh.xs, second.xs)
+    assert not np.allclose(first.xs[-1], second.xs[-1])
+    # another n: other array shapes (part of the key), another program
+    solve(_field(n + 4, 3.0), uniform(n + 4, 3, seed=2), **opts)
+    assert program_cache.info()["misses"] == 2
+
+
+def test_kernel_numbers_are_arguments_profile_kind_is_structure():
+    n = 8
+    base = make_kernel(gauge_rope_full_period(n), factor_distance_bias(n), beta=1.0)
+    a = dynamics.make_vector_field(Kernel(base.gauge, base.factor, Profile("exp", 2.0, base.profile.c)))
+    b = dynamics.make_vector_field(Kernel(base.gauge, base.factor, Profile("exp", 4.0, base.profile.c)))
+    assert split_field(a)[0] == split_field(b)[0]
+    linear = dynamics.make_vector_field(
+        Kernel(base.gauge, base.factor, Profile("linear", 2.0, base.profile.c))
+    )
+    assert split_field(linear)[0] != split_field(a)[0]
+
+
+def test_persistent_cache_folder_is_private_and_overridable(tmp_path, monkeypatch):
+    import jax
+
+    monkeypatch.setenv(program_cache.CACHE_ENV, str(tmp_path / "mine"))
+    assert program_cache.persistent_cache_folder() == tmp_path / "mine"
+    monkeypatch.delenv(program_cache.CACHE_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert program_cache.persistent_cache_folder() == tmp_path / "xdg" / "attnflow" / "jax"
+    before = jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs
+    try:
+        folder = program_cache.enable_persistent_cache(tmp_path / "shared" / "jax")
+        assert folder.is_dir() and (folder.stat().st_mode & 0o777) == 0o700  # private: owner only
+        assert jax.config.jax_compilation_cache_dir == str(folder)
+    finally:
+        jax.config.update("jax_compilation_cache_dir", before[0])
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", before[1])
