@@ -167,11 +167,6 @@ def test_site_builds_strict(site):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    reason="docstrings of attnflow.analysis.metrics and the first line of attnflow.io.store still cite "
-    "an outside document; they render into the API pages until those files are reworded",
-    strict=False,
-)
 def test_rendered_site_stands_alone(site):
     cited = [
         str(p.relative_to(site))

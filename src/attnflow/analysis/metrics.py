@@ -1,4 +1,4 @@
-"""Diagnostics of a snapshot (SPEC §4), as pure functions; time series by mapping over snapshots.
+"""Diagnostics of a snapshot, as pure functions; time series by mapping over snapshots.
 
 Conventions (the same names everywhere in attnflow):
 
@@ -137,7 +137,7 @@ def resultant_deficit(x: Any) -> jax.Array:
 
 
 def marginal_spread(x: Any) -> jax.Array:
-    """``1 − |m|`` of the content marginal (SPEC keeps it as its own key beside
+    """``1 − |m|`` of the content marginal (kept as its own key beside
     :func:`conditional_spread`; the value equals :func:`resultant_deficit`)."""
     x = _points(x, "marginal_spread")
     return 1.0 - jnp.linalg.norm(jnp.mean(x, axis=0))
@@ -172,7 +172,7 @@ def cluster_labels(x: Any, *, theta_c: float = 0.1, block_size: int | None = Non
 
     Labels are ``0..C−1`` in order of first appearance (token 0 is in cluster 0). Components are
     single-linkage clusters: a chain of points each within ``θ_c`` of the next is one cluster, so
-    the count is meant for discrete (clustered) states, as in SPEC §4.
+    the count is meant for discrete (clustered) states.
 
     NumPy/SciPy edge, not jittable. Time ``O(n² d)``; memory ``O(block_size · n)``: the Gram matrix
     is formed ``block_size`` rows at a time (default: ``2²² // n`` rows) and the edges of each block
@@ -259,7 +259,7 @@ def orbit_base_point(x: Any, q: Any) -> jax.Array:
 def orbit_residual(x: Any, q: Any) -> jax.Array:
     """``max_i |x_i − Q(ξ_i)ᵀ u*|`` with ``u*`` = :func:`orbit_base_point`.
 
-    0 exactly on a maximiser ``Γ[ξ ↦ Q(ξ)ᵀ v]`` (SPEC §2.1). With ``q`` the identity this is the
+    0 exactly on a maximiser ``Γ[ξ ↦ Q(ξ)ᵀ v]``. With ``q`` the identity this is the
     distance to the Dirac at the normalised mean.
     """
     x = _points(x, "orbit_residual")
@@ -271,7 +271,7 @@ def orbit_residual(x: Any, q: Any) -> jax.Array:
 def conditional_spread(x: Any, groups: Any, *, num_groups: int | None = None) -> jax.Array:
     """``Σ_k (n_k/n)(1 − |m_k|)`` over the groups of equal label, ``m_k`` the group mean.
 
-    0 iff every group is a Dirac ("conditional Diracisation", SPEC §2).
+    0 iff every group is a Dirac ("conditional Diracisation").
 
     ``groups`` are integers. With ``num_groups=None`` any integer labels are accepted and mapped
     to ``0..K−1`` with ``np.unique`` (needs concrete labels, so not under ``jit``). With
@@ -375,7 +375,7 @@ def _series_np(values: Any, where: str, name: str = "values") -> np.ndarray:
 def collapse_time(ts: Any, values: Any, *, threshold: float = 0.999) -> float | None:
     """The first saved time ``t_k`` with ``values[k] ≥ threshold``, or ``None`` if there is none.
 
-    With ``values`` the :func:`mean_cosine` series this is SPEC's ``collapse_time`` (on the gauge
+    With ``values`` the :func:`mean_cosine` series this is ``collapse_time`` (on the gauge
     frame, ``gauge_collapse_time``). NaN values never count as collapsed.
     """
     ts = _series_np(ts, "collapse_time", "ts")
@@ -400,7 +400,7 @@ def max_decrease(values: Any) -> float:
 
 
 def is_monotone(values: Any, *, tol: float) -> bool:
-    """``min_k (E_{k+1} − E_k) ≥ −tol``: non-decreasing up to ``tol`` (SPEC ``energy_monotone``).
+    """``min_k (E_{k+1} − E_k) ≥ −tol``: non-decreasing up to ``tol`` (``energy_monotone``).
 
     Equivalent to ``max_decrease(values) <= tol``; a series with a NaN is not monotone.
     """
@@ -448,7 +448,7 @@ def circular_ks(angles: Any, target_cdf: Callable[[np.ndarray], Any]) -> float:
     ``angles`` (radians, any real values) are reduced mod 2π; ``F_n`` is their empirical CDF and
     ``F = target_cdf`` the target CDF on ``[0, 2π)`` (a vectorised callable, continuous and
     non-decreasing from ``F(0) = 0`` to ``F(2π) = 1``). The origin is fixed at 0, not minimised
-    over, so pass angles already relative to the base point (SPEC §3.1). The supremum is attained
+    over, so pass angles already relative to the base point. The supremum is attained
     on either side of a jump of ``F_n``, so it is evaluated exactly there:
     ``D = max_k max(k/n − F(θ_(k)), F(θ_(k)) − (k−1)/n)``. For the midpoint angles
     ``2π(i + ½)/n`` against the uniform law, ``D = 1/(2n)``. NumPy edge.
@@ -493,7 +493,7 @@ def wasserstein_sphere(a: Any, b: Any) -> float:
 
 
 def max_pointwise_distance(a: Any, b: Any) -> jax.Array:
-    """``max_i |a_i − b_i|`` (Euclidean, matched by index), e.g. ``|x_i − g(ξ_i)|`` in SPEC E8."""
+    """``max_i |a_i − b_i|`` (Euclidean, matched by index), e.g. ``|x_i − g(ξ_i)|`` in experiment E8."""
     a = _points(a, "max_pointwise_distance", "a")
     b = _points(b, "max_pointwise_distance", "b")
     if a.shape != b.shape:
@@ -521,7 +521,7 @@ def snapshot_summary(
     axis: Any = (0.0, 0.0, 1.0),
     pairwise: bool = True,
 ) -> dict[str, float | int | None]:
-    """Every SPEC §4 key computable from one snapshot, as plain Python values (JSON-ready).
+    """Every diagnostic computable from one snapshot, as plain Python values (JSON-ready).
 
     Keys: ``mean_cosine, resultant_deficit, min_cosine, n_clusters, n_eff, gauge_mean_cosine,
     gauge_resultant_deficit, orbit_residual, conditional_spread, marginal_spread,

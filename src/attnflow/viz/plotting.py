@@ -8,7 +8,7 @@ Two layers:
   onto their two leading principal directions), :func:`draw_state` (picks one of the two by
   ``d``) and :func:`draw_series` (a line over time).
 - ``write_*`` functions assemble those panels into a figure and save it as a PNG:
-  :func:`write_run_figures` (the ``figures/`` folder of a run, SPEC §7.3),
+  :func:`write_run_figures` (the ``figures/`` folder of a run),
   :func:`write_comparison_figure`, :func:`write_series_figure` and :func:`write_target_figure`
   (the reproduce and realise reports).
 
@@ -314,7 +314,7 @@ def write_run_figures(
     color: ArrayLike | None,
     series: Mapping[str, Any],
 ) -> list[Path]:
-    """Write the ``figures/`` PNGs of a run (SPEC §7.3) into ``out_dir`` (created if missing).
+    """Write the ``figures/`` PNGs of a run into ``out_dir`` (created if missing).
 
     - ``states.png``: the state at the first and last saved time, coloured by ``color (n,)``;
       top row the content frame (``xs[0]``, ``xs[-1]``), bottom row the gauge frame (``us[0]``,
