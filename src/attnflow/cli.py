@@ -25,11 +25,13 @@ from attnflow.io.out_folder import check_out_folder
 
 SEED_MAX = 2**63 - 1  # seeds are signed 64-bit integers
 EXIT_OK, EXIT_EXPECTATION_FAILED, EXIT_BAD_INPUT, EXIT_UNFINISHED = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
 EXIT_CODES = {
     EXIT_OK: "done as asked",
     EXIT_EXPECTATION_FAILED: "reproduce: the runs finished but an expectation failed (see the report)",
     EXIT_BAD_INPUT: "bad input: one line on stderr, nothing written",
     EXIT_UNFINISHED: "a run started but did not finish as asked: its folder records the status and why",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C): the folder keeps its snapshots; run --resume continues",
 }
 
 app = typer.Typer(
@@ -121,7 +123,6 @@ SUMMARY_KEYS = (
 )  # fmt: skip
 
 
-EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
 _INTERRUPTS: list[int] = []  # SIGINTs received by `run` (process state, like the signal handler)
 
 
