@@ -1,9 +1,5 @@
-"""The kernel family ``h((x,ξ),(y,ζ)) = w(ξ,ζ) · φ(⟨Q(ξ)x, Q(ζ)y⟩)``.
+"""Exact sums over the kernel ``h((x,ξ),(y,ζ)) = w(ξ,ζ) · φ(⟨Q(ξ)x, Q(ζ)y⟩)`` (``attnflow.core.kernel``).
 
-- ``Profile``: ``φ(t) = (c/β) e^{βt}`` ("exp") or ``φ(t) = c t`` ("linear"); ``c = 1`` ("plain") or
-  ``c = e^{−β}`` ("rescaled"). Logits are never exponentiated unbounded: on the sphere ``t ≤ 1``, so
-  ``φ'(t) = scale · e^{β(t−1)}`` with the constant ``scale = c e^β`` factored out.
-- ``Kernel``: a gauge, a factor and a profile.
 - ``attention_sum``: ``g_i = Σ_j C_ij y_j`` with ``C = w ⊙ φ'(U Uᵀ)`` normalised by ``1/n`` ("usa")
   or by its row sums ("sa", the softmax), optionally causal (``j ≤ i``). Evaluated densely (one
   ``n × n`` matrix), or blocked: symmetric tiles of ``block_size × block_size`` (float64;
@@ -13,7 +9,7 @@
 - ``energy``: ``E = (1/(2n²)) Σ_ij h(z_i, z_j)``, dense or tiled the same way.
 - ``factor_tile``: the factor block ``w[idx_i][:, idx_j]`` (the factor's ``tile``).
 
-Performance notes (measured on a 2-core x86 CPU, see ``benchmarks/RESULTS.md``).
+Design notes (the measurements behind them: ``benchmarks/RESULTS.md``, "Per step").
 
 - Every kernel of the family is symmetric (``S = UUᵀ`` and ``w`` are), so the float64 tiled
   evaluation computes each tile pair ``I < J`` once and uses it for both ``g_I += C_IJ v_J`` and
@@ -23,18 +19,17 @@ Performance notes (measured on a 2-core x86 CPU, see ``benchmarks/RESULTS.md``).
   tile (128 KB) stays in the L2 cache. ``u`` and the values are zero-padded to whole tiles, so
   no padding mask is needed. ``Cᵀ`` is materialised before its product: XLA's CPU product
   contracting the first axis rounds differently depending on the number of cores it is given.
-- XLA parallelises each operation over the cores, which does not pay for small tiles (one core
-  alone was faster than two at 256 × 256); the lanes give each core whole tile sequences instead
-  (2 cores: 1.8–2× faster than one device at n = 4096).
+- XLA parallelises each operation over the cores, which does not pay for small tiles; the lanes
+  give each core whole tile sequences instead (``attnflow.numerics.lanes``).
 - In float32 the exponentials are cheap, the small products dominate, and row blocks (``lax.map``)
   are faster (``symmetric_tiles``).
-- The value matrix is zero-padded to a multiple of ``VALUE_COLUMNS`` columns (the product is
-  markedly slower for 3 columns than for 4); for "sa" a column of ones is appended so that the
+- The value matrix is zero-padded to a multiple of ``VALUE_COLUMNS`` columns (a product with 3
+  columns is slower than with 4 on XLA's CPU backend); for "sa" a column of ones is appended so that the
   softmax denominators come out of the same product instead of a separate reduction.
 - The dense path writes and re-reads ``n × n`` arrays and falls behind early; the automatic choice
   is ``attnflow.workflows.build.auto_block_size``. In float64, from 256 tokens up to ``DENSE_TILES_MAX``
   the dense evaluation uses the symmetric tiles too, unrolled, where they save a quarter of the
-  entries or more (``dense_tile``: 1.1–1.4× faster per evaluation at n = 256–512). Blocked and
+  entries or more (``dense_tile``). Blocked and
   dense results agree to round-off (the sums are regrouped), and neither depends on the number
   of threads, cores or CPU devices XLA uses (bitwise; tested).
 """
@@ -51,7 +46,7 @@ from attnflow.numerics import lanes
 NORMALIZATIONS = ("usa", "sa")
 DENSE_TILE = 128  # float64: the dense evaluation of a few tiles' worth of tokens (see dense_tile)
 DENSE_TILES_MAX = 512
-VALUE_COLUMNS = 4  # the value matrix is zero-padded to a multiple of this many columns (measured)
+VALUE_COLUMNS = 4  # the value matrix is zero-padded to a multiple of this many columns
 
 
 def _row_blocks(fn, operands, n: int, block_size: int | None):
@@ -73,9 +68,9 @@ def _row_blocks(fn, operands, n: int, block_size: int | None):
 def symmetric_tiles(dtype) -> bool:
     """Whether the blocked evaluation uses symmetric tiles (float64) or row blocks (float32).
 
-    Measured (``benchmarks/RESULTS.md``): in float64 the ``exp`` dominates and evaluating each
-    symmetric tile pair once pays (1.1× at n = 4096, 1.5× at 16384, 2.4× at 65536); in float32 the
-    ``exp`` is cheap, the two small products per tile dominate, and row blocks are 1.5–2.4× faster.
+    In float64 the ``exp`` dominates and evaluating each symmetric tile pair once pays; in
+    float32 the ``exp`` is cheap, the two small products per tile dominate, and row blocks win
+    (``benchmarks/RESULTS.md``, "Per step").
     """
     return jnp.dtype(dtype) == jnp.float64
 
@@ -84,9 +79,8 @@ def dense_tile(n: int, dtype) -> int | None:
     """The tile of the dense evaluation: ``DENSE_TILE`` in float64 when ``n <= DENSE_TILES_MAX`` and
     the upper tiles (padding included) hold at most 3/4 of the ``n²`` entries, else None (one
     ``n × n`` matrix). With a tile, the symmetric tile pairs are evaluated unrolled
-    (``_tiled_sum``). Measured on one core, in one run, per field evaluation: n = 256 (3 tile
-    pairs) 126 µs against 143 µs for the matrix, n = 512 (10 pairs) 484 µs against 686 µs, but
-    n = 200 (3 pairs for 40 000 entries) 151 µs against 102 µs."""
+    (``_tiled_sum``). Below ~256 tokens, or where the padding of the last tile wastes more
+    than a quarter of the entries, one matrix is cheaper."""
     if not symmetric_tiles(dtype) or n > DENSE_TILES_MAX:
         return None
     m = -(-n // DENSE_TILE)

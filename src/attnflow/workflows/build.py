@@ -31,10 +31,9 @@ from attnflow.numerics.summation import symmetric_tiles
 
 # Automatic blocking (benchmarks/RESULTS.md; 2 cores, one field evaluation).
 # float64: above AUTO_BLOCK_THRESHOLD tokens, symmetric tiles of AUTO_BLOCK_SIZE × AUTO_BLOCK_SIZE
-# (memory O(n d + block²) whatever n), dealt into lanes (attnflow.numerics.lanes). From n = 4096 the dense
-# path, which writes n × n arrays, is ≥ 3× slower. Tile size: with the lanes on 2 CPU devices, 128
-# was as fast as 256 at n = 16384 and up to 1.3× faster at n = 4096; 64 was slower. The tile size
-# is fixed (not derived from the core count): it sets the summation order, hence the rounding.
+# (memory O(n d + block²) whatever n), dealt into lanes (attnflow.numerics.lanes); the dense path
+# writes n × n arrays and falls behind above a few hundred tokens. The tile size is fixed (not
+# derived from the core count): it sets the summation order, hence the rounding.
 # float32: the dense path keeps up to AUTO_BLOCK_THRESHOLD_FLOAT32 tokens; above, row blocks of at
 # most AUTO_BLOCK_ROWS_FLOAT32 rows and about AUTO_BLOCK_ENTRIES kernel entries (memory O(n · block)).
 AUTO_BLOCK_THRESHOLD = 512
