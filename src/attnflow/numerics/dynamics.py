@@ -70,6 +70,12 @@ class AttentionField:
             _ = self.rank  # every validation of the expansion, once, before any tracing
 
     @property
+    def numbers_traceable(self) -> bool:
+        """Whether the kernel's numbers may become program arguments (``program_cache``): not for
+        the expansion, whose degree is chosen from β when the field is made."""
+        return self.interaction == "exact"
+
+    @property
     def rank(self) -> int | None:
         """Features per token of the expansion (``None`` for the exact path)."""
         if self.interaction == "exact":

@@ -72,8 +72,12 @@ class OpaqueField:
 
 
 def split_field(field) -> tuple[FieldStructure | OpaqueField, tuple]:
-    """``(structure, arrays)`` with ``structure.build(arrays)`` equivalent to ``field``."""
+    """``(structure, arrays)`` with ``structure.build(arrays)`` equivalent to ``field``. A field
+    whose construction needs its numbers as concrete values (``numbers_traceable`` False, e.g.
+    the expansion, whose degree follows from β) is kept whole, compared by identity."""
     if not dataclasses.is_dataclass(field) or isinstance(field, type):
+        return OpaqueField(field), ()
+    if not getattr(field, "numbers_traceable", True):
         return OpaqueField(field), ()
     options, trees, arrays = [], [], []
     for item in dataclasses.fields(field):
