@@ -89,3 +89,18 @@ def test_blocked_reference_equals_the_naive_one(path, block):
     np.testing.assert_allclose(
         references.blocked_field(x, path=path, block=block), references.naive_field(x), atol=1e-14
     )
+
+
+def test_gpu_script_runs_on_the_cpu_and_records_both_paths(tmp_path):
+    """``benchmarks/gpu.py`` is meant for a GPU machine; the same code on the CPU at a small n keeps it
+    working: both paths timed, their steps agree to the tolerance's order."""
+    import gpu  # noqa: PLC0415 (the script sets jax's x64 flag at import, as the package does)
+
+    result = gpu.main(
+        ["--device", "cpu", "--sizes", "512", "--repeats", "1", "--out", str(tmp_path / "g.json")]
+    )
+    assert json.loads((tmp_path / "g.json").read_text()) == result
+    (row,) = result["rows"]
+    assert row["n"] == 512 and row["rank"] > 1
+    assert row["exact_rk4_s"] > 0 and row["expansion_rk4_s"] > 0
+    assert row["rk4_difference"] < 1e-9
