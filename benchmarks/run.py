@@ -267,7 +267,7 @@ def main() -> None:
     if args.render is not None:
         text = report.render(json.loads(args.render.read_text()))
         target = args.out if args.out is not None else args.render.with_suffix(".md")
-        target.write_text(text)
+        work.write_report(target, text)
         print(text + f"\nwritten {target}")
         return
     quick = args.quick
@@ -389,7 +389,7 @@ def main() -> None:
     text = report.render(json.loads(work.dumps(results)))  # exactly what the JSON holds
     print("\n" + text)
     if out is not None:
-        out.write_text(text)
+        work.write_report(out, text)
         print(f"written {out} and {out.with_suffix('.json')}")
 
 

@@ -96,3 +96,14 @@ def dumps(obj) -> str:
 
 def write_json(path: Path, obj) -> None:
     path.write_text(dumps(obj) + "\n")
+
+
+OTHER_SCRIPTS = "<!-- results of the other benchmark scripts: kept when run.py rewrites the report -->"
+
+
+def write_report(path: Path, text: str) -> None:
+    """Write the report ``text`` at ``path``, keeping the part of the old file from ``OTHER_SCRIPTS``
+    on (the sections that ``expansion.py``, ``throughput.py``, ``memory.py``... fill by hand)."""
+    old = path.read_text() if path.exists() else ""
+    kept = old[old.index(OTHER_SCRIPTS) :] if OTHER_SCRIPTS in old else OTHER_SCRIPTS + "\n"
+    path.write_text(text.rstrip("\n") + "\n\n" + kept)
