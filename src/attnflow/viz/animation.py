@@ -1,0 +1,70 @@
+"""An animation of a run: the tokens moving on the sphere, the content ``x`` beside the gauge frame
+``u = Q(xi) x`` (when the run has a gauge), coloured by the label's phase, one frame per shown
+snapshot. GIF through Pillow (matplotlib's own dependency); MP4 needs ``ffmpeg`` on the PATH.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+from matplotlib.animation import FFMpegWriter, FuncAnimation, PillowWriter
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from attnflow.analysis.distances import label_phase
+from attnflow.viz.viewer import pick
+
+__all__ = ["FORMATS", "write_animation"]
+
+FORMATS = (".gif", ".mp4")
+
+
+def _three(x: np.ndarray) -> np.ndarray:
+    x = x[..., :3]
+    return np.concatenate([x, np.zeros((*x.shape[:-1], 3 - x.shape[-1]))], axis=-1) if x.shape[-1] < 3 else x
+
+
+def write_animation(
+    stored,
+    path: str | Path,
+    *,
+    title: str,
+    fps: int = 12,
+    max_tokens: int = 1000,
+    max_frames: int = 100,
+) -> Path:
+    """Write the animation of a ``StoredTrajectory`` at ``path`` (``.gif`` or ``.mp4``)."""
+    path = Path(path)
+    if path.suffix not in FORMATS:
+        raise ValueError(f"animate: `--out` must end in one of {list(FORMATS)}; got {str(path)!r}.")
+    if path.suffix == ".mp4" and shutil.which("ffmpeg") is None:
+        raise ValueError("animate: `--out` .mp4 needs ffmpeg on the PATH; none found (use a .gif).")
+    frames, tokens = pick(len(stored.ts), max_frames), pick(stored.xs.shape[1], max_tokens)
+    x = np.asarray(stored.xs[frames][:, tokens], dtype=np.float64)
+    panels = [("content x", _three(x))]
+    if stored.gauge is not None:
+        u = np.einsum("nij,tnj->tni", np.asarray(stored.gauge, dtype=np.float64)[tokens], x)
+        panels.append(("gauge frame u = Q(ξ) x", _three(u)))
+    phase = label_phase(np.asarray(stored.xi).reshape(len(stored.xi), -1)[:, 0])[tokens]
+    fig = Figure(figsize=(4.2 * len(panels) + 0.8, 4.4), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = [fig.add_subplot(1, len(panels), k + 1, projection="3d") for k in range(len(panels))]
+    dots = []
+    for ax, (name, points) in zip(axes, panels, strict=True):
+        dots.append(ax.scatter(*points[0].T, c=phase, cmap="twilight", vmin=0, vmax=1, s=6, depthshade=True))
+        ax.set(xlim=(-1, 1), ylim=(-1, 1), zlim=(-1, 1), title=name)
+        ax.set_box_aspect((1, 1, 1))
+    fig.colorbar(dots[0], ax=axes, shrink=0.7, label="label phase (position i/n or prompt k/K)")
+    heading = fig.suptitle("")
+
+    def show(k: int):
+        for dot, (_, points) in zip(dots, panels, strict=True):
+            dot._offsets3d = tuple(points[k].T)
+        heading.set_text(f"{title}   t = {stored.ts[frames[k]]:.4g}")
+        return dots
+
+    writer = PillowWriter(fps=fps) if path.suffix == ".gif" else FFMpegWriter(fps=fps)
+    FuncAnimation(fig, show, frames=len(frames), blit=False).save(path, writer=writer, dpi=80)
+    return path

@@ -1,0 +1,111 @@
+"""The run viewer (self-contained HTML, tested in a real headless Chromium) and the animation."""
+
+import base64
+import json
+import re
+import shutil
+import subprocess
+import types
+
+import numpy as np
+import pytest
+
+from attnflow.viz.animation import write_animation
+from attnflow.viz.viewer import pick, viewer_html, write_viewer
+
+BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _stored(frames=30, n=48, d=3, gauge=True):
+    """A latitude circle forming while the gauge frame collapses (a RoPE-like run, synthetic)."""
+    ts = np.arange(frames) * 0.5
+    angle = 2 * np.pi * np.arange(n) / n
+    height = np.linspace(-0.8, 0.8, frames)[:, None] * np.ones(n)
+    spread = np.linspace(1.0, 0.05, frames)[:, None]
+    xs = np.stack([np.cos(angle * spread), np.sin(angle * spread), height], axis=-1)
+    xs /= np.linalg.norm(xs, axis=-1, keepdims=True)
+    rotations = None
+    if gauge:
+        c, s = np.cos(angle), np.sin(angle)
+        rotations = np.zeros((n, 3, 3))
+        rotations[:, 0, 0], rotations[:, 0, 1], rotations[:, 1, 0], rotations[:, 1, 1] = c, -s, s, c
+        rotations[:, 2, 2] = 1.0
+    return types.SimpleNamespace(ts=ts, xs=xs[..., :d], xi=np.arange(n, dtype=float), gauge=rotations)
+
+
+def _data(page: str) -> dict:
+    return json.loads(
+        re.search(r'<script id="data" type="application/json">(.*?)</script>', page, re.S).group(1)
+    )
+
+
+@pytest.mark.parametrize(("count", "limit"), [(5, 10), (201, 101), (1000, 7), (2, 2)])
+def test_pick_spreads_indices_and_keeps_both_ends(count, limit):
+    chosen = pick(count, limit)
+    assert chosen[0] == 0 and chosen[-1] == count - 1
+    assert len(chosen) == min(count, limit)
+    assert np.all(np.diff(chosen) > 0)
+
+
+def test_page_holds_the_positions_and_nothing_from_outside():
+    run = _stored()
+    page = viewer_html(run.ts, run.xs, run.xi, run.gauge, title="t <run>")
+    data = _data(page)
+    positions = np.frombuffer(base64.b64decode(data["positions"]), dtype="<i2").reshape(2, 30, 48, 3) / 32767
+    np.testing.assert_allclose(positions[0], run.xs, atol=1 / 32767)
+    u = np.einsum("nij,tnj->tni", run.gauge, run.xs)
+    np.testing.assert_allclose(positions[1], u, atol=1 / 32767)
+    assert data["panels"] == ["content x", "gauge frame u = Q(ξ) x"]
+    assert "t &lt;run&gt;" in page  # the title is escaped
+    assert not re.search(r"https?://|src=", page)  # offline: no link, no loaded script
+
+
+def test_page_of_a_circle_run_without_gauge_shows_one_panel_on_the_equator():
+    run = _stored(d=2, gauge=False)
+    data = _data(viewer_html(run.ts, run.xs, run.xi, None, title="circle"))
+    positions = np.frombuffer(base64.b64decode(data["positions"]), dtype="<i2").reshape(1, 30, 48, 3)
+    assert data["panels"] == ["content x"] and np.all(positions[..., 2] == 0)
+
+
+def _screenshot(page, frame, tmp_path):
+    shot = tmp_path / f"shot{frame}.png"
+    subprocess.run(
+        [BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={tmp_path / f'profile{frame}'}", "--window-size=900,560",
+         f"--screenshot={shot}", f"{page.as_uri()}#frame={frame}"],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    from matplotlib.image import imread
+
+    return imread(shot)[:, :, :3]
+
+
+@pytest.mark.skipif(BROWSER is None, reason="no Chromium on this machine (CI installs one)")
+def test_viewer_draws_and_moves_with_the_slider_in_a_real_browser(tmp_path):
+    run = _stored()
+    page = write_viewer(run, tmp_path / "viewer.html", title="synthetic")
+    first, last = _screenshot(page, 0, tmp_path), _screenshot(page, -1, tmp_path)
+    canvas = (slice(90, 460), slice(15, 390))  # the first panel, below the controls
+    # not blank: coloured points on white (a saturated pixel has channels far apart)
+    saturation = first[canvas].max(axis=2) - first[canvas].min(axis=2)
+    assert (saturation > 0.3).sum() > 100
+    # the slider moved the picture: many pixels of the panels change between t = 0 and the end
+    changed = np.abs(first[85:470] - last[85:470]).max(axis=2) > 0.2
+    assert changed.sum() > 500
+
+
+def test_animation_gif_has_one_frame_per_shown_snapshot(tmp_path):
+    from PIL import Image
+
+    path = write_animation(_stored(frames=6), tmp_path / "run.gif", title="synthetic", max_frames=4)
+    with Image.open(path) as gif:
+        assert gif.format == "GIF" and gif.n_frames == 4
+
+
+def test_animation_refuses_an_unknown_format(tmp_path):
+    with pytest.raises(
+        ValueError, match=r"animate: `--out` must end in one of \['.gif', '.mp4'\]; got '.*run.avi'"
+    ):
+        write_animation(_stored(frames=3), tmp_path / "run.avi", title="x")
+    assert not (tmp_path / "run.avi").exists()
