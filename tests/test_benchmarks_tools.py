@@ -104,3 +104,12 @@ def test_gpu_script_runs_on_the_cpu_and_records_both_paths(tmp_path):
     assert row["n"] == 512 and row["rank"] > 1
     assert row["exact_rk4_s"] > 0 and row["expansion_rk4_s"] > 0
     assert row["rk4_difference"] < 1e-9
+
+
+def test_report_rewrite_keeps_the_other_scripts_sections(tmp_path):
+    path = tmp_path / "RESULTS.md"
+    work.write_report(path, "# first\n")
+    assert path.read_text() == "# first\n\n" + work.OTHER_SCRIPTS + "\n"
+    path.write_text(path.read_text() + "## Expansion\nrow\n")
+    work.write_report(path, "# second\n")
+    assert path.read_text() == "# second\n\n" + work.OTHER_SCRIPTS + "\n## Expansion\nrow\n"
