@@ -109,3 +109,48 @@ def test_animation_refuses_an_unknown_format(tmp_path):
     ):
         write_animation(_stored(frames=3), tmp_path / "run.avi", title="x")
     assert not (tmp_path / "run.avi").exists()
+
+
+def test_animate_writes_viewer_and_movie_into_the_run_folder(tmp_path):
+    from attnflow.io.store import TrajectoryWriter
+    from attnflow.workflows.animate import animate
+
+    run = _stored(frames=5, n=16)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with TrajectoryWriter(
+        run_dir / "trajectory.zarr", n_snapshots_max=5, n=16, d=3, xi=run.xi, gauge=run.gauge
+    ) as writer:
+        for t, x in zip(run.ts, run.xs, strict=True):
+            writer.append(t, x)
+    written = animate(run_dir, max_frames=3)
+    assert written == [run_dir / "viewer.html", run_dir / "movie.gif"]
+    assert _data(written[0].read_text())["times"] == [0.0, 1.0, 2.0]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"out": "m.avi"}, r"animate: `--out` must end in one of \['.gif', '.mp4'\]; got 'm.avi'\."),
+        (
+            {"fps": 0},
+            r"animate: `--fps`, `--max-tokens` must be >= 1 and `--max-frames` >= 2; got 0, 1000, 100\.",
+        ),
+    ],
+)
+def test_animate_refuses_bad_options_before_writing(tmp_path, kwargs, message):
+    from attnflow.io.config import ConfigError
+    from attnflow.workflows.animate import animate
+
+    (tmp_path / "trajectory.zarr").mkdir()
+    with pytest.raises(ConfigError, match=message):
+        animate(tmp_path, **kwargs)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trajectory.zarr"]
+
+
+def test_animate_needs_a_run_folder(tmp_path):
+    from attnflow.io.config import ConfigError
+    from attnflow.workflows.animate import animate
+
+    with pytest.raises(ConfigError, match=r"animate: `RUN_DIR` must be a run folder with trajectory.zarr"):
+        animate(tmp_path)

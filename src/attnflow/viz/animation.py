@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 from attnflow.analysis.distances import label_phase
 from attnflow.viz.viewer import pick
 
-__all__ = ["FORMATS", "write_animation"]
+__all__ = ["FORMATS", "check_format", "write_animation"]
 
 FORMATS = (".gif", ".mp4")
 
@@ -24,6 +24,18 @@ FORMATS = (".gif", ".mp4")
 def _three(x: np.ndarray) -> np.ndarray:
     x = x[..., :3]
     return np.concatenate([x, np.zeros((*x.shape[:-1], 3 - x.shape[-1]))], axis=-1) if x.shape[-1] < 3 else x
+
+
+def check_format(path: str | Path) -> Path:
+    """``path`` if its format can be written here, else a ValueError saying why."""
+    path = Path(path)
+    if path.suffix not in FORMATS:
+        raise ValueError(f"animate: `--out` must end in one of {list(FORMATS)}; got {str(path)!r}.")
+    if path.suffix == ".mp4" and shutil.which("ffmpeg") is None:
+        raise ValueError(
+            f"animate: `--out` {str(path)!r} needs ffmpeg on the PATH; none found (write a .gif)."
+        )
+    return path
 
 
 def write_animation(
@@ -36,11 +48,7 @@ def write_animation(
     max_frames: int = 100,
 ) -> Path:
     """Write the animation of a ``StoredTrajectory`` at ``path`` (``.gif`` or ``.mp4``)."""
-    path = Path(path)
-    if path.suffix not in FORMATS:
-        raise ValueError(f"animate: `--out` must end in one of {list(FORMATS)}; got {str(path)!r}.")
-    if path.suffix == ".mp4" and shutil.which("ffmpeg") is None:
-        raise ValueError("animate: `--out` .mp4 needs ffmpeg on the PATH; none found (use a .gif).")
+    path = check_format(path)
     frames, tokens = pick(len(stored.ts), max_frames), pick(stored.xs.shape[1], max_tokens)
     x = np.asarray(stored.xs[frames][:, tokens], dtype=np.float64)
     panels = [("content x", _three(x))]
