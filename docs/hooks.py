@@ -295,7 +295,8 @@ def cli_reference() -> str:
 # --- experiment pages -------------------------------------------------------------------------------
 
 
-FIGURES = Path(__file__).resolve().parent / "figures"  # docs/figures/E1.png, E1_a.svg, ... shown when present
+DOCS = Path(__file__).resolve().parent
+FIGURES = DOCS / "figures"  # docs/figures/E1.png, E1_a.svg, ... shown when present
 
 
 def _clean(text: str) -> str:
@@ -408,10 +409,28 @@ def experiment_pages() -> dict[str, str]:
     return pages
 
 
+def tutorial_page(source: str) -> str:
+    """The tutorial (a jupytext "percent" script) as a page: markdown cells as text, code cells as
+    ``py`` blocks (not ``python``: the script itself is what the tests run, once)."""
+    parts = []
+    for cell in re.split(r"^# %%", source, flags=re.M)[1:]:
+        header, _, body = cell.partition("\n")
+        if "[markdown]" in header:
+            parts.append(
+                "\n".join(
+                    line[2:] if line.startswith("# ") else line.lstrip("#") for line in body.splitlines()
+                )
+            )
+        elif body.strip():
+            parts.append("```py\n" + body.strip() + "\n```")
+    return "\n\n".join(parts) + "\n\nThe whole script: `docs/tutorial.py`.\n"
+
+
 def generated_pages() -> dict[str, str]:
     return {
         "reference/config.md": config_reference(),
         "reference/cli.md": cli_reference(),
+        "tutorial.md": tutorial_page((DOCS / "tutorial.py").read_text(encoding="utf-8")),
         **experiment_pages(),
     }
 
