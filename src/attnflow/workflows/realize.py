@@ -16,14 +16,16 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from attnflow.analysis.laws import spherical_mixture_samples
 from attnflow.analysis.realisation import (
+    MODES,
     Construction,
     RealisationResult,
     check_mode,
@@ -51,6 +53,7 @@ __all__ = [
     "KINDS",
     "SUMMARY_KEYS",
     "load_target",
+    "mode_errors",
     "realize",
     "realize_batch",
     "realize_orbit",
@@ -143,11 +146,14 @@ def realize_batch(
     batch = _solve(construction.kernel, x0, **options, on_snapshot=None, workers=workers)
     results = []
     for b in range(x0.shape[0]):
-        per_run = {
-            name: None if getattr(batch, name) is None else getattr(batch, name)[b]
+        per_run = {  # run b's own statistics, shaped like a single run's (0-d)
+            name: None if getattr(batch, name) is None else getattr(batch, name)[b, ...]
             for name in ("accepted", "rejected", "evaluations")
         }
-        one = dataclasses.replace(batch, xs=batch.xs[:, b], statuses=batch.statuses[b], **per_run)
+        steps = batch.steps if per_run["accepted"] is None else int(per_run["accepted"] + per_run["rejected"])
+        one = dataclasses.replace(
+            batch, xs=batch.xs[:, b], statuses=batch.statuses[b, ...], steps=steps, **per_run
+        )
         results.append(measure_realisation(dataclasses.replace(construction, x0=x0[b]), one))
     return results
 
@@ -330,3 +336,43 @@ def run_realisation(
     realised = result.x if kind == "sphere" else result.relative_angles
     plotting.write_target_figure(out / "figures" / "target.png", data, realised, kind=kind)
     return summary
+
+
+# --------------------------------------------------------------------------- the two modes compared
+
+
+def mode_errors(
+    *,
+    sizes: Sequence[int],
+    sigmas: Sequence[float],
+    seeds: Sequence[int],
+    target_seed: int = 0,
+    beta: float = 1.0,
+    t_end: float = 40.0,
+    dt: float = 0.01,
+) -> list[dict]:
+    """E8's realisation (spherical mixture targets, Householder gauges, cap initial data of width
+    ``sigma`` around ``v_0 = e_3``) in both modes: one row per (mode, n, sigma, seed) with
+    ``base_point_distance`` ``|u* − v_0|``, ``wasserstein`` (exact W1 to the targets),
+    ``max_target_distance`` ``max_i |x_i − y_i|`` and ``orbit_residual``."""
+    rows = []
+    for n in sizes:
+        targets = np.asarray(spherical_mixture_samples(target_seed, n), dtype=float)
+        for sigma in sigmas:
+            construction = sphere_construction(targets, sigma=sigma, beta=beta, seed=list(seeds))
+            for mode in MODES:
+                results = realize_batch(construction, mode=mode, t_end=t_end, dt=dt, save_every=t_end)
+                for seed, result in zip(seeds, results, strict=True):
+                    rows.append(
+                        {
+                            "mode": mode,
+                            "n": int(n),
+                            "sigma": float(sigma),
+                            "seed": int(seed),
+                            "base_point_distance": float(np.linalg.norm(result.u_star - construction.v0)),
+                            "wasserstein": float(result.wasserstein),
+                            "max_target_distance": float(result.distance),
+                            "orbit_residual": float(result.orbit_residual),
+                        }
+                    )
+    return rows
