@@ -62,7 +62,13 @@ __all__ = [
 ]
 
 KINDS = ("sphere", "orbit")
-SUMMARY_KEYS = ("realisation_distance", "realisation_bound", "orbit_residual", "realisation_wasserstein")
+SUMMARY_KEYS = (
+    "realisation_mode",
+    "realisation_distance",
+    "realisation_bound",
+    "orbit_residual",
+    "realisation_wasserstein",
+)
 
 
 def _solve(kernel, x0, *, t_end, dt, save_every, on_snapshot, workers) -> Trajectory:
