@@ -67,6 +67,9 @@ PAIR_SPREAD = 0.5  # radians: the antipodal pair spread into two arcs
 # 0.45): the start that reaches the highest stable antipodal-arcs state of D3 at n = 64 .. 256
 CLUSTER_HALF_WIDTH, ARC_COMPRESSION = 0.34, 0.45
 END_HALVINGS = 6  # a branch's end (Newton stops converging) located to step / 2^6
+# Newton steps allowed along a branch: from the previous point's state Newton converges in a few
+# steps (quadratically); more means the start is outside its basin, in practice at a fold
+CONTINUATION_NEWTON = 12
 N_EIGENVALUES = landscape.TOP_EIGENVALUES
 ALIASES = {"beta": "model.beta", "omega": "factor.omega", "slope": "factor.slope"}
 
@@ -283,7 +286,9 @@ def _branch_end(
     for _ in range(END_HALVINGS):
         mid = 0.5 * (good + bad)
         sim = _quiet_build(with_value(config, key, mid))
-        result = landscape.newton(sim.kernel, x, gradient_tol=gradient_tol, block_size=sim.block_size)
+        result = landscape.newton(
+            sim.kernel, x, gradient_tol=gradient_tol, block_size=sim.block_size, max_iter=CONTINUATION_NEWTON
+        )
         if result.converged:
             good, x = mid, result.x
         else:
@@ -310,7 +315,13 @@ def follow(
         x, previous = state.x, None
         for i in direction:
             sim = _quiet_build(with_value(config, key, float(values[i])))
-            result = landscape.newton(sim.kernel, x, gradient_tol=gradient_tol, block_size=sim.block_size)
+            result = landscape.newton(
+                sim.kernel,
+                x,
+                gradient_tol=gradient_tol,
+                block_size=sim.block_size,
+                max_iter=CONTINUATION_NEWTON,
+            )
             if not result.converged:
                 if previous is not None:
                     at = _branch_end(config, key, x, float(values[previous]), float(values[i]), gradient_tol)
