@@ -82,6 +82,6 @@ def test_mode_figure_and_table(tmp_path):
     path = mode_figures.write_mode_figure(rows, tmp_path / "w1.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = mode_figures.mode_table(rows).splitlines()
-    assert table[0] == "| mode | sigma | n = 32: |u* - v0| / W1 | n = 64: |u* - v0| / W1 |"
+    assert table[0] == "| mode | sigma | n = 32: ‖u* − v0‖ / W1 | n = 64: ‖u* − v0‖ / W1 |"
     assert table[2] == "| a-priori | 0.2 | 2.0e-02 / 2.0e-02 | 2.0e-02 / 2.0e-02 |"  # medians of 1e-2, 3e-2
     assert table[3] == "| exact | 0.2 | 2.0e-15 / 2.0e-15 | 2.0e-15 / 2.0e-15 |"

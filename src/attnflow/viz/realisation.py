@@ -64,10 +64,10 @@ def write_mode_figure(rows: Sequence[Mapping], path: str | Path) -> Path:
 
 
 def mode_table(rows: Sequence[Mapping]) -> str:
-    """A Markdown table: per (mode, sigma), the seeds' median ``|u* − v_0|`` and W1 at each ``n``."""
+    """A Markdown table: per (mode, sigma), the seeds' median ``‖u* − v_0‖`` and W1 at each ``n``."""
     groups = _groups(rows)
     ns = sorted({int(r["n"]) for r in rows})
-    header = "| mode | sigma | " + " | ".join(f"n = {n}: |u* - v0| / W1" for n in ns) + " |"
+    header = "| mode | sigma | " + " | ".join(f"n = {n}: ‖u* − v0‖ / W1" for n in ns) + " |"
     lines = [header, "|" + "---|" * (2 + len(ns))]
     for (mode, sigma), by_n in sorted(groups.items()):
         cells = []
