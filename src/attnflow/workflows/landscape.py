@@ -10,8 +10,10 @@
 - ``states.npz``: ``x (S, n, d)``, ``energy``, ``morse_index``, ``xi``;
 - ``landscape.json``: the config, the starts, how many converged, the continuation's transitions;
 - with a continuation: ``branches.csv`` (``branch`` = the state followed, the parameter, energy,
-  index, ``lambda_1``, gradient norm, shape), ``transitions.csv`` (where a branch's index changes:
-  an eigenvalue crossing 0, located by a root search on that eigenvalue) and ``branches.png``.
+  index, ``lambda_1``, gradient norm, shape), ``transitions.csv`` (``kind`` "index": where a
+  branch's index changes, an eigenvalue crossing 0 located by a root search on that eigenvalue;
+  ``kind`` "end": where Newton from the branch stops converging, a fold, located by bisection) and
+  ``branches.png``.
 
 Starts (every one ends with Riemannian Newton, ``attnflow.analysis.landscape.newton``):
 
