@@ -181,13 +181,14 @@ def write_d3_branches(folders: Sequence[str | Path], path: str | Path) -> Path:
             ax.plot([], [], "-", color=colours[label], label=label)
         if np.isfinite(folder["beta_c"]):
             ax.axvline(folder["beta_c"], color="0.4", linestyle=":", linewidth=1)
-            ax.annotate(f"β_c = {folder['beta_c']:.3f}", (folder["beta_c"], 0.0), xytext=(4, -12),
-                        textcoords="offset points", fontsize=7)  # fmt: skip
+            ax.annotate(f"β_c = {folder['beta_c']:.4f}", (folder["beta_c"], 0.97), xytext=(4, 0),
+                        xycoords=("data", "axes fraction"), textcoords="offset points", fontsize=7,
+                        va="top")  # fmt: skip
         arc = folder["branches"].get("single arc")
         if arc is not None and arc["p"].size and np.isfinite(folder["arc_from"]):
             first = float(_relative(arc["p"][:1], arc["energy"][:1], circle)[0])
             ax.plot([arc["p"][0]], [first], "o", color=colours["single arc"], ms=3)
-            ax.annotate(f"arc from {folder['arc_from']:.3f}", (arc["p"][0], first), xytext=(4, 4),
+            ax.annotate(f"single arc from {folder['arc_from']:.3f}", (arc["p"][0], first), xytext=(6, -10),
                         textcoords="offset points", fontsize=7)  # fmt: skip
         ax.set_title(f"n = {folder['n']}", fontsize=9)
         ax.set_xlabel(folder["key"].split(".")[-1])
@@ -195,7 +196,7 @@ def write_d3_branches(folders: Sequence[str | Path], path: str | Path) -> Path:
     axes[0].set_ylabel("(E − E_great circle) / E_great circle")
     axes[0].plot([], [], "-", color="0.3", label="stable (index 0)")
     axes[0].plot([], [], "--", color="0.3", label="unstable")
-    axes[0].legend(fontsize=7, loc="upper left")
+    axes[0].legend(fontsize=7, loc="center left")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
