@@ -65,9 +65,13 @@ def test_d3_branch_figure_and_table_from_synthetic_folders(tmp_path):
     assert [row["n"] for row in table] == [128, 64]  # in the folders' order
     row = table[1]
     assert row["beta_c"] == 1.6 and row["arc_from"] == 1.8
+    assert row["arc_over_circle"] == 2.0  # the arc is above the circle from its first point
     assert row["energy single arc"] == pytest.approx(0.76)  # 0.25·3 + 0.01
     assert row["energy antipodal arcs"] == pytest.approx(0.69) and row["index antipodal arcs"] == 0
     assert row["energy great circle"] == pytest.approx(0.6) and row["index great circle"] == 1
+    below = {"p": np.array([1.0, 2.0, 3.0]), "energy": np.array([0.1, 0.2, 0.5])}
+    circle = {"p": np.array([1.0, 3.0]), "energy": np.array([0.2, 0.4])}
+    assert figures._crossing(below, circle) == pytest.approx(2.5)  # gap -0.1, -0.1, +0.1: zero at 2.5
     off_grid = figures.branch_summary(folders[:1], at=3.2)[0]
     assert np.isnan(off_grid["energy single arc"]) and off_grid["index single arc"] == -1
 

@@ -135,13 +135,37 @@ def read_branch_folder(folder: str | Path) -> dict:
     }
 
 
+def _crossing(branch: dict | None, circle: dict | None) -> float:
+    """The first parameter where ``branch``'s energy rises above the great circle's (linear
+    interpolation between grid points; ``nan`` if it never does or a branch is missing)."""
+    if branch is None or circle is None or not branch["p"].size:
+        return float("nan")
+    gap = branch["energy"] - np.interp(branch["p"], circle["p"], circle["energy"])
+    above = np.flatnonzero(gap > 0)
+    if not above.size:
+        return float("nan")
+    i = int(above[0])
+    if i == 0:
+        return float(branch["p"][0])
+    p0, p1, g0, g1 = branch["p"][i - 1], branch["p"][i], gap[i - 1], gap[i]
+    return float(p0 + (p1 - p0) * (-g0) / (g1 - g0))
+
+
 def branch_summary(folders: Sequence[str | Path], *, at: float = 3.0) -> list[dict]:
-    """One row per folder: ``n``, ``beta_c``, ``arc_from`` and each branch's energy (and index) at
-    the parameter value ``at`` (``nan`` where the branch does not reach it)."""
+    """One row per folder: ``n``, ``beta_c``, ``arc_from``, ``arc_over_circle`` (where the single
+    arc's energy rises above the great circle's) and each branch's energy (and index) at the
+    parameter value ``at`` (``nan`` where the branch does not reach it)."""
     table = []
     for folder in folders:
         data = read_branch_folder(folder)
-        row = {"n": data["n"], "beta_c": data["beta_c"], "arc_from": data["arc_from"]}
+        row = {
+            "n": data["n"],
+            "beta_c": data["beta_c"],
+            "arc_from": data["arc_from"],
+            "arc_over_circle": _crossing(
+                data["branches"].get("single arc"), data["branches"].get("great circle")
+            ),
+        }
         for label, branch in data["branches"].items():
             hit = np.flatnonzero(np.isclose(branch["p"], at, atol=1e-9))
             row[f"energy {label}"] = float(branch["energy"][hit[0]]) if hit.size else float("nan")
