@@ -232,3 +232,21 @@ def test_states_are_deduplicated_modulo_rotation_and_relabelling():
         kernel, theory.great_circle(xi, 2 * np.pi), start="c", block_size=None, gradient_norm=0.0
     )
     assert not search.same_state(kernel, states[0], circle)
+
+
+def test_continuation_locates_where_the_single_arc_begins():
+    # the clean arc of D3 (n = 64) followed down from beta = 1.8: Newton converges at 1.7 and 1.6, not
+    # at 1.5; the bisection puts the branch's end within 0.1 / 2^6 of where Newton stops converging
+    config = d3_config(beta=1.8)
+    sim = build(config)
+    arc = landscape.newton(sim.kernel, theory.great_circle_arc(sim.xi, 2 * np.pi, 0.6))
+    assert arc.converged
+    state = search.describe(sim.kernel, arc.x, start="arc", block_size=None, gradient_norm=arc.gradient_norm)
+    assert state.shape == "arc" and state.morse_index == 0
+    rows, transitions = search.follow(config, state, search.parse_continuation("beta=1.5:1.8:0.1"))
+    assert [r["model.beta"] for r in rows] == pytest.approx([1.6, 1.7, 1.8])
+    assert all(r["shape"] == "arc" and r["morse_index"] == 0 for r in rows)
+    ends = [t for t in transitions if t["kind"] == "end"]
+    assert len(ends) == 1 and len(transitions) == 1
+    assert np.isnan(ends[0]["index_below"]) and ends[0]["index_above"] == 0
+    assert 1.5 < ends[0]["model.beta"] < 1.6  # measured 1.5359 (the great circle's beta_c: 1.5451)

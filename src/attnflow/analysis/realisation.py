@@ -21,6 +21,20 @@ Gauge-level realisation (points on the sphere)
     ``|x_i − y_i| ≤ |u* − v_0| + orbit_residual ≤ 2|u* − v_0|`` (when the residual is below
     ``|u* − v_0|``).
 
+Two modes (:data:`MODES`)
+    ``"a-priori"``: the gauges are fixed before the run (``Q_i y_i = v_0``, or the orbit gauge), and
+    the dynamics pick ``u*``: the target is realised up to ``|u* − v_0|`` (about ``1e-2`` for a cap
+    of width 0.2, and of order 1 for initial data far from ``v_0``). ``"exact"``: the gauge frame is
+    simulated first (its dynamics do not depend on the gauges: the energy is a function of
+    ``u_i = Q_i x_i`` only, and the gradient flow is conjugate), it reaches a consensus ``u*``, and
+    the gauges are chosen from that ``u*``: ``Q'_i = Rᵀ Q_i`` with ``R`` a rotation taking ``u*`` to
+    the reference point (``v_0``; ``e_1`` for an orbit, whose targets then are the absolute
+    azimuths ``α_i`` on the equator), so ``Q'_i y_i = u*``. The dynamics of ``x`` only see
+    ``Q'_iᵀQ'_j = Q_iᵀQ_j``, so the same kernel serves and only the initial content changes:
+    ``x_0 = Q'ᵀu_0 = Qᵀ(R u_0)`` (:func:`exact_initial`). The run then ends at ``x_i → Q_iᵀ R u*
+    = y_i``: the target is realised to the convergence of the gauge frame (the orbit residual),
+    from any initial data.
+
 :func:`orbit_construction` and :func:`sphere_construction` set a realisation up (kernel with
 ``w = 1`` and the exp profile, ``c = 1``; initial data); :func:`measure_realisation` measures a
 final state (:class:`RealisationResult`).
@@ -30,6 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -46,17 +61,22 @@ from attnflow.numerics.solve import Trajectory
 
 __all__ = [
     "GAUGES",
+    "MODES",
     "Construction",
     "RealisationResult",
     "check_orbit_samples",
     "check_sphere_targets",
+    "check_mode",
     "check_n",
+    "exact_initial",
+    "frame_kernel",
     "householder_gauges",
     "measure_realisation",
     "orbit_angles",
     "orbit_construction",
     "orbit_gauge",
     "rotation_gauges",
+    "rotation_to",
     "sphere_construction",
 ]
 
@@ -64,6 +84,7 @@ TWO_PI = 2.0 * np.pi
 UNIT_TOL = 1e-6  # |‖y_i‖ − 1| allowed for sphere targets read from a file
 WASSERSTEIN_MAX_N = 2048  # the exact W1 is an O(n³) assignment problem: skipped (None) above this
 GAUGES = ("householder", "rotation")
+MODES = ("a-priori", "exact")
 
 
 # --------------------------------------------------------------------------- gauges of the constructions
@@ -159,8 +180,9 @@ class RealisationResult:
 
 @dataclasses.dataclass(frozen=True)
 class Construction:
-    """A realisation set up and not yet run: kernel (gauge, ``w = 1``, exp profile), initial data,
-    labels ``ξ_i = (i+½)/n``, and the target (an angle law, or ``(n, d)`` points and ``v_0``)."""
+    """A realisation set up and not yet run: kernel (gauge, ``w = 1``, exp profile), initial data
+    ``x0`` (``(n, d)``, or ``(B, n, d)`` for a batch of seeds), labels ``ξ_i = (i+½)/n``, and the
+    target (an angle law, or ``(n, d)`` points and ``v_0``)."""
 
     kind: str  # "orbit" | "sphere"
     kernel: Kernel
@@ -170,9 +192,40 @@ class Construction:
     targets: np.ndarray | None = None  # sphere
     v0: np.ndarray | None = None  # sphere
 
+    @property
+    def reference(self) -> np.ndarray:
+        """The gauge-frame point whose orbit is the target: ``v_0`` (sphere), ``e_1`` (orbit)."""
+        return self.v0 if self.kind == "sphere" else np.eye(self.kernel.gauge.d)[0]
+
 
 def _midpoints(n: int) -> np.ndarray:
     return (np.arange(n) + 0.5) / n
+
+
+def check_mode(mode, where: str = "realize") -> str:
+    if mode not in MODES:
+        close = difflib.get_close_matches(str(mode), MODES, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"{where}: `mode` must be one of {MODES}; got {mode!r}.{hint}")
+    return mode
+
+
+def _seeds(seed, where: str) -> tuple[int, ...] | None:
+    """``None`` for one integer seed, else the tuple of a sequence's seeds (a batch)."""
+    if isinstance(seed, int | np.integer) and not isinstance(seed, bool):
+        return None
+    seeds = tuple(seed) if isinstance(seed, list | tuple) else ()
+    if not seeds or not all(isinstance(s, int | np.integer) and not isinstance(s, bool) for s in seeds):
+        raise ValueError(
+            f"{where}: `seed` must be an integer or a non-empty sequence of integers; got {seed!r}."
+        )
+    return tuple(int(s) for s in seeds)
+
+
+def _initial(seed, sample, where: str) -> jax.Array:
+    """``sample(seed)`` for one seed; the stack ``(B, n, d)`` for a sequence of seeds."""
+    seeds = _seeds(seed, where)
+    return sample(int(seed)) if seeds is None else jnp.stack([sample(s) for s in seeds])
 
 
 def check_n(n, where: str = "realize", name: str = "n") -> int:
@@ -181,15 +234,18 @@ def check_n(n, where: str = "realize", name: str = "n") -> int:
     return int(n)
 
 
-def orbit_construction(ppf_or_law, *, n: int = 256, beta: float = 1.0, seed: int = 0) -> Construction:
-    """Orbit universality in d = 3: :func:`orbit_gauge` of :func:`orbit_angles`, iid uniform initial data."""
+def orbit_construction(
+    ppf_or_law, *, n: int = 256, beta: float = 1.0, seed: int | Sequence[int] = 0
+) -> Construction:
+    """Orbit universality in d = 3: :func:`orbit_gauge` of :func:`orbit_angles`, iid uniform initial
+    data (one seed: ``x0 (n, 3)``; a sequence of seeds: the batch ``x0 (B, n, 3)``)."""
     n = check_n(n, "realize_orbit")
     law = as_angle_law(ppf_or_law)
     alpha = orbit_angles(law, n)
     if not np.all(np.isfinite(alpha)):
         raise ValueError("realize_orbit: `ppf_or_law` must give finite quantiles on (0, 1); got non-finite.")
     kernel = Kernel(gauge=orbit_gauge(alpha, 3), factor=NoFactor(n=n), profile=make_profile("exp", beta=beta))
-    x0 = sphere.sample_uniform(seed, n, 3)
+    x0 = _initial(seed, lambda s: sphere.sample_uniform(s, n, 3), "realize_orbit")
     return Construction(kind="orbit", kernel=kernel, x0=x0, xi=_midpoints(n), law=law)
 
 
@@ -200,10 +256,10 @@ def sphere_construction(
     gauge: str = "householder",
     sigma: float = 0.2,
     beta: float = 1.0,
-    seed: int = 0,
+    seed: int | Sequence[int] = 0,
 ) -> Construction:
     """Points on the sphere: gauges with ``Q_i y_i = v_0``, initial data in a cap of width ``sigma``
-    around ``v_0`` in the gauge frame."""
+    around ``v_0`` in the gauge frame (one seed, or a batch ``(B, n, d)`` for a sequence of seeds)."""
     y = check_sphere_targets(targets, name="targets", where="realize_sphere")
     n, d = y.shape
     v0 = np.eye(d)[-1] if v0 is None else np.asarray(v0, dtype=np.float64)
@@ -218,9 +274,47 @@ def sphere_construction(
     v0 = v0 / np.linalg.norm(v0)
     dense = DenseGauge(q=jnp.asarray(q))
     kernel = Kernel(gauge=dense, factor=NoFactor(n=n), profile=make_profile("exp", beta=beta))
-    u0 = sphere.sample_cap(seed, n, jnp.asarray(v0), sigma=sigma)
-    x0 = dense.apply_transpose(u0)
+    x0 = _initial(
+        seed,
+        lambda s: dense.apply_transpose(sphere.sample_cap(s, n, jnp.asarray(v0), sigma=sigma)),
+        "realize_sphere",
+    )
     return Construction(kind="sphere", kernel=kernel, x0=x0, xi=_midpoints(n), targets=y, v0=v0)
+
+
+def rotation_to(u_star, reference) -> np.ndarray:
+    """A rotation ``R (d, d)`` with ``R u* = reference`` (both normalised; :func:`rotation_gauges`)."""
+    u_star = np.asarray(u_star, dtype=np.float64).reshape(1, -1)
+    return rotation_gauges(u_star, reference)[0]
+
+
+def frame_kernel(kernel: Kernel) -> Kernel:
+    """The kernel with identity gauges of the same type (``x = u``): the gauge-frame dynamics, with
+    the gauged kernel's compiled program (the gauge's numbers are its arguments)."""
+    gauge = kernel.gauge
+    if isinstance(gauge, RoPE):
+        identity = RoPE(angles=jnp.zeros_like(gauge.angles), d=gauge.d)
+    elif isinstance(gauge, DenseGauge):
+        identity = DenseGauge(q=jnp.broadcast_to(jnp.eye(gauge.d, dtype=gauge.q.dtype), gauge.q.shape))
+    else:
+        identity = gauge
+    return dataclasses.replace(kernel, gauge=identity)
+
+
+def exact_initial(construction: Construction, u_star) -> jax.Array:
+    """The exact mode's initial content: ``x_0 = Qᵀ(R u_0)`` with ``u_0 = Q x_0`` the construction's
+    gauge frame and ``R`` (:func:`rotation_to`) taking ``u*`` (``(d,)``, or ``(B, d)`` for a batch:
+    the consensus the gauge frame reached from ``u_0``) to the reference point (module doc)."""
+    gauge, x0 = construction.kernel.gauge, jnp.asarray(construction.x0)
+    u_star = np.asarray(u_star, dtype=np.float64)
+
+    def one(x, v):
+        r = jnp.asarray(rotation_to(v, construction.reference), dtype=x.dtype)
+        return gauge.apply_transpose(gauge.apply(x) @ r.T)
+
+    if x0.ndim == 2:
+        return one(x0, u_star)
+    return jnp.stack([one(x, v) for x, v in zip(x0, u_star, strict=True)])
 
 
 def _azimuth(x: np.ndarray) -> np.ndarray:

@@ -10,15 +10,18 @@
 - ``states.npz``: ``x (S, n, d)``, ``energy``, ``morse_index``, ``xi``;
 - ``landscape.json``: the config, the starts, how many converged, the continuation's transitions;
 - with a continuation: ``branches.csv`` (``branch`` = the state followed, the parameter, energy,
-  index, ``lambda_1``, gradient norm, shape), ``transitions.csv`` (where a branch's index changes:
-  an eigenvalue crossing 0, located by a root search on that eigenvalue) and ``branches.png``.
+  index, ``lambda_1``, gradient norm, shape), ``transitions.csv`` (``kind`` "index": where a
+  branch's index changes, an eigenvalue crossing 0 located by a root search on that eigenvalue;
+  ``kind`` "end": where Newton from the branch stops converging, a fold, located by bisection) and
+  ``branches.png``.
 
 Starts (every one ends with Riemannian Newton, ``attnflow.analysis.landscape.newton``):
 
 - closed-form candidates, always: the Dirac in the gauge frame (the orbit ``Q(ξ_i)ᵀv``, stationary
   for every kernel), and for a Toeplitz cosine factor the uniform great circle and the antipodal
   pair (``attnflow.analysis.theory``), taken as they are, plus the circle compressed onto arcs of
-  0.6·2π and 0.75·2π, and the antipodal pair spread into arcs, taken after the gradient flow;
+  0.6·2π and 0.75·2π, the antipodal pair spread into arcs, and a cluster opposite an arc, taken
+  after the gradient flow;
 - ``starts`` random ones (uniform, seeds ``seed … seed + starts − 1``) after the gradient flow
   (``solver`` of the config: method, ``dt``, ``t_end``); every second one annealed: half the time
   with noise (``ANNEAL_NOISE · c e^β``), then without.
@@ -62,6 +65,13 @@ FRAME_TOL = 1e-6  # same state: singular values of the gauge frames within this
 ANNEAL_NOISE = 0.02  # the annealed starts' noise, in units of c e^β (the field's scale)
 ARC_FRACTIONS = (0.6, 0.75)
 PAIR_SPREAD = 0.5  # radians: the antipodal pair spread into two arcs
+# a cluster (the labels with |ωξ| < 0.34π) opposite an arc (the others, their phase compressed by
+# 0.45): the start that reaches the highest stable antipodal-arcs state of D3 at n = 64 .. 256
+CLUSTER_HALF_WIDTH, ARC_COMPRESSION = 0.34, 0.45
+END_HALVINGS = 6  # a branch's end (Newton stops converging) located to step / 2^6
+# Newton steps allowed along a branch: from the previous point's state Newton converges in a few
+# steps (quadratically); more means the start is outside its basin, in practice at a fold
+CONTINUATION_NEWTON = 12
 N_EIGENVALUES = landscape.TOP_EIGENVALUES
 ALIASES = {"beta": "model.beta", "omega": "factor.omega", "slope": "factor.slope"}
 
@@ -138,6 +148,12 @@ def candidates(kernel: Kernel, xi: np.ndarray) -> tuple[dict[str, np.ndarray], d
         pair_arcs = np.zeros((xi.size, d))
         pair_arcs[:, 0], pair_arcs[:, 1] = np.cos(angle), np.sin(angle)
         flowed["antipodal_arcs"] = to_x(pair_arcs)
+        phase = np.mod(omega * xi + np.pi, 2 * np.pi) - np.pi  # in [−π, π)
+        inside = np.abs(phase) < CLUSTER_HALF_WIDTH * np.pi
+        angle = np.where(inside, 0.0, np.pi + ARC_COMPRESSION * (np.mod(phase, 2 * np.pi) - np.pi))
+        cluster_arc = np.zeros((xi.size, d))
+        cluster_arc[:, 0], cluster_arc[:, 1] = np.cos(angle), np.sin(angle)
+        flowed["cluster_and_arc"] = to_x(cluster_arc)
     return exact, flowed
 
 
@@ -264,25 +280,66 @@ def _eigenvalue(kernel: Kernel, x: np.ndarray, m: int, block: int | None) -> tup
     return float(values[m - 1]), result.x
 
 
+def _branch_end(
+    config: Config, key: str, x: np.ndarray, good: float, bad: float, gradient_tol: float
+) -> float:
+    """The last parameter between ``good`` (Newton converged there, to ``x``) and ``bad`` (it did
+    not) at which Newton from the last converged state still converges: bisection, END_HALVINGS."""
+    for _ in range(END_HALVINGS):
+        mid = 0.5 * (good + bad)
+        sim = _quiet_build(with_value(config, key, mid))
+        result = landscape.newton(
+            sim.kernel, x, gradient_tol=gradient_tol, block_size=sim.block_size, max_iter=CONTINUATION_NEWTON
+        )
+        if result.converged:
+            good, x = mid, result.x
+        else:
+            bad = mid
+    return good
+
+
 def follow(
     config: Config, state: State, continuation: Continuation, *, gradient_tol: float = landscape.GRADIENT_TOL
 ) -> tuple[list[dict], list[dict]]:
     """Natural continuation of ``state`` over ``continuation.values`` from the value nearest the
     config's own, upwards and downwards, Newton from the previous point's state. A direction stops
-    where Newton does not converge (a fold). Returns the branch rows and its index changes."""
+    where Newton does not converge (a fold: the branch ends), located by bisection
+    (:func:`_branch_end`). Returns the branch rows and its transitions: ``kind`` "index" (an
+    eigenvalue crosses 0: ``index_below`` → ``index_above``, located by a root search on that
+    eigenvalue) or "end" (the branch exists on one side only; the other side's index is empty)."""
     key, values = continuation.key, continuation.values
     section, name = key.split(".")
     base = float(getattr(getattr(config, section), name))
     i0 = int(np.argmin(np.abs(values - base)))
     points: dict[int, tuple[State, Kernel]] = {}
+    ends = []
     for direction in (range(i0, len(values)), range(i0, -1, -1)):
-        x = state.x
+        x, previous = state.x, None
         for i in direction:
             sim = _quiet_build(with_value(config, key, float(values[i])))
-            result = landscape.newton(sim.kernel, x, gradient_tol=gradient_tol, block_size=sim.block_size)
+            result = landscape.newton(
+                sim.kernel,
+                x,
+                gradient_tol=gradient_tol,
+                block_size=sim.block_size,
+                max_iter=CONTINUATION_NEWTON,
+            )
             if not result.converged:
+                if previous is not None:
+                    at = _branch_end(config, key, x, float(values[previous]), float(values[i]), gradient_tol)
+                    index = points[previous][0].morse_index
+                    below, above = (index, math.nan) if i > previous else (math.nan, index)
+                    ends.append(
+                        {
+                            key: at,
+                            "kind": "end",
+                            "index_below": below,
+                            "index_above": above,
+                            "eigenvalue": math.nan,
+                        }
+                    )
                 break
-            x = result.x
+            x, previous = result.x, i
             if i not in points:
                 points[i] = (
                     describe(
@@ -323,9 +380,15 @@ def follow(
         else:  # the eigenvalue sits on the threshold at one end: interpolate
             at = float(values[a] + (values[b] - values[a]) * fa / (fa - fb)) if fa != fb else float(values[a])
         transitions.append(
-            {key: float(at), "index_below": sa.morse_index, "index_above": sb.morse_index, "eigenvalue": m}
+            {
+                key: float(at),
+                "kind": "index",
+                "index_below": sa.morse_index,
+                "index_above": sb.morse_index,
+                "eigenvalue": m,
+            }
         )
-    return rows, transitions
+    return rows, sorted(transitions + ends, key=lambda row: row[key])
 
 
 # --------------------------------------------------------------------------- the folder
