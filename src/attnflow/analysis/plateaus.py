@@ -130,7 +130,8 @@ def detect_plateaus(
         raise ValueError(f"detect_plateaus: `s` must have at least 3 samples > 0; got {e.size - start}.")
     u = np.log(s[start:])
     span_e = float(np.max(e) - np.min(e))
-    flat = np.abs(np.gradient(e[start:], u)) <= rate_tol * span_e
+    # a constant energy is flat everywhere (its finite differences in log s are round-off, not 0)
+    flat = np.abs(np.gradient(e[start:], u)) <= rate_tol * span_e if span_e > 0 else np.ones(u.size, bool)
     plateaus, i, last = [], 0, u.size - 1
     while i <= last:
         if not flat[i]:
