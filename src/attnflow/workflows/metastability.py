@@ -174,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         study = lifetime_study((2.0, 3.0, 4.0, 5.0), n=32, seeds=range(8), s_end=5000.0, samples=2000)
         threshold = threshold_study(betas=(1.0,), n=64, seeds=64, kappa_factors=(0.8, 0.9, 1.1, 1.25))
     else:
-        study, threshold = lifetime_study(), threshold_study(n=128, seeds=128)
+        study, threshold = lifetime_study(), threshold_study(n=64, seeds=128)
     write_text(args.out / "plateaus.csv", _csv(lifetime_rows(study.runs)))
     write_text(args.out / "noise_threshold.csv", _csv(threshold_rows(threshold)))
     summary = _summary(study, threshold)
