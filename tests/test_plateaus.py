@@ -14,6 +14,8 @@ from attnflow.analysis.plateaus import (
     merge_events,
     rescaled_time,
 )
+from attnflow.io.outcomes import METRICS
+from attnflow.workflows.reproduce_measure import series_values
 
 
 def staircase(s, levels, jumps, width):
@@ -178,3 +180,23 @@ def test_lifetime_fits_recover_an_arrhenius_law_and_skip_what_is_not_metastable(
         ValueError, match=r"lifetime_fits: `betas` must have one entry per plateau \(3\); got 2"
     ):
         lifetime_fits([1.0, 2.0], skipped)
+
+
+# --------------------------------------------------------------------------- in the reproduction
+
+
+def test_series_values_report_the_plateaus_of_the_energy():
+    ts = np.linspace(0.0, 100.0, 2001)
+    e = staircase(ts, (1.0, 2.0, 2.5, 3.0), (20.0, 50.0, 80.0), width=0.5)
+    cos = np.linspace(0.0, 1.0, ts.size)
+    values = series_values(ts, e, cos, cos, None)
+    keys = ("n_plateaus", "plateau_longest", "plateau_first_entry", "plateau_last_lifetime")
+    assert set(keys) <= set(values) <= set(METRICS)
+    assert values["n_plateaus"] == 4
+    assert values["plateau_longest"] == pytest.approx(30.0, abs=8.0)  # 20..50 or 50..80, less the steps
+    assert values["plateau_first_entry"] == pytest.approx(0.05)  # flat from the first time > 0
+    assert values["plateau_last_lifetime"] == pytest.approx(20.0, abs=4.0)
+    frozen = series_values(ts, np.full_like(ts, 2.0), cos, cos, None)  # a simulator that never moves
+    assert (frozen["n_plateaus"], frozen["plateau_longest"]) == (1, pytest.approx(100.0 - 0.05))
+    early = series_values(ts[:2], e[:2], cos[:2], cos[:2], None)  # too few samples for plateaus
+    assert early["n_plateaus"] is None and early["plateau_first_entry"] is None
