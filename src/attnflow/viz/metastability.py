@@ -30,17 +30,14 @@ def _save(fig: Figure, path: str | Path) -> Path:
 
 
 def _completed(rows: Sequence[Mapping]) -> list[Mapping]:
-    return [
-        r
-        for r in rows
-        if not r["censored"] and (r["n_clusters"] or 0) >= 2 and r["closest_angle"] is not None
-    ]
+    """The rows the fits use (``metastable``: completed, a few separated clusters)."""
+    return [r for r in rows if r["metastable"]]
 
 
 def write_lifetime_figure(path: str | Path, rows: Sequence[Mapping], fits: LifetimeFits) -> Path:
-    """Left: ``log T`` against β (the plateaus with ``fits.clusters`` clusters, the others grey) and
-    the fitted line. Right: ``log T`` against ``β (1 − cos δ)``, every completed metastable plateau
-    coloured by its cluster count, the fitted line and the slope-1 prediction."""
+    """Left: ``log T`` against β (the metastable plateaus with ``fits.clusters`` clusters, the
+    others grey) and the fitted line. Right: ``log T`` against ``β (1 − cos δ)``, every metastable
+    plateau coloured by its cluster count, the fitted line and the slope-1 prediction."""
     fig = Figure(figsize=(8.4, 3.6))
     FigureCanvasAgg(fig)
     left, right = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
