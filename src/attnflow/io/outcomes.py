@@ -45,6 +45,10 @@ METRICS = {
     "max_target_distance": "max_i |x_i - g(xi_i)|",
     "base_point_distance": "|u* - v_0|",
     "twice_base_point_distance": "2 |u* - v_0|",
+    "n_plateaus": "plateaus of the energy staircase up to the time (attnflow.analysis.plateaus)",
+    "plateau_longest": "longest plateau lifetime (exit - entry, the run's time unit; 0 without plateau)",
+    "plateau_first_entry": "entry time of the first plateau (when the first clusters have formed)",
+    "plateau_last_lifetime": "lifetime of the last plateau (the state the run ends in, censored at its end)",
 }  # fmt: skip
 
 

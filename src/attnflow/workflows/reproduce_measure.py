@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnflow.analysis import metrics
+from attnflow.analysis.plateaus import detect_plateaus
 from attnflow.analysis.summary import COLLAPSE_THRESHOLD, ENERGY_TOL
 from attnflow.io.outcomes import MEAN_COSINE_TOL, FigureData, time_label
 from attnflow.numerics.summation import energy
@@ -85,9 +86,17 @@ def snapshot_values(x: np.ndarray, u: np.ndarray, q: np.ndarray | None, groups) 
 
 
 def series_values(ts, energies, mean_cos, gauge_mean_cos, e_max) -> dict[str, Any]:
-    """The quantities of a time series up to its last entry (energies and cosines ``(T,)``)."""
+    """The quantities of a time series up to its last entry (energies and cosines ``(T,)``); the
+    plateaus of the energy staircase (:func:`attnflow.analysis.plateaus.detect_plateaus`, flatness
+    per e-fold of time, so the same in ``t`` as in ``t e^β``), times in the run's own unit."""
     e_last = float(energies[-1])
+    ts = np.asarray(ts, dtype=np.float64)
+    plateaus = detect_plateaus(ts, energies) if np.count_nonzero(ts > 0) >= 3 else None
     return {
+        "n_plateaus": None if plateaus is None else len(plateaus),
+        "plateau_longest": max((p.lifetime for p in plateaus), default=0.0) if plateaus is not None else None,
+        "plateau_first_entry": plateaus[0].entry if plateaus else None,
+        "plateau_last_lifetime": plateaus[-1].lifetime if plateaus else None,
         "energy": e_last,
         "energy_max": e_max,
         "energy_gap": None if e_max is None else (e_max - e_last) / e_max,
