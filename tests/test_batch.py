@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -167,3 +168,84 @@ def test_workers_are_single_threaded_and_never_import_from_the_working_directory
         assert view["environ"] == {**batch.SINGLE_THREAD_ENVIRON, **batch.POOL_ENVIRON}
         assert view["numpy"] != str(planted / "numpy.py") and str(planted) not in view["path"]
         assert "" not in view["path"] and view["platform"] == "cpu" and view["devices"] == 1
+
+
+def _children() -> set[int]:
+    pid = os.getpid()
+    found: set[int] = set()
+    for thread in os.listdir(f"/proc/{pid}/task"):
+        found.update(int(p) for p in open(f"/proc/{pid}/task/{thread}/children").read().split())
+    return found
+
+
+def _workers() -> set[int]:
+    """This process's pool workers (the stdlib's resource tracker is a child that stays)."""
+    found = set()
+    for child in _children():
+        try:
+            if b"spawn_main" in open(f"/proc/{child}/cmdline", "rb").read():
+                found.add(child)
+        except FileNotFoundError:
+            continue
+    return found
+
+
+def _exists(pid: int) -> bool:
+    """Whether ``pid`` is still a process of this machine (running, or a zombie never waited for)."""
+    return os.path.exists(f"/proc/{pid}")
+
+
+def _sleep_or_fail(seconds: float, fail: bool) -> float:
+    import time
+
+    time.sleep(seconds)
+    if fail:
+        raise ArithmeticError("the short task failed")
+    return seconds
+
+
+def _kill_a_worker_later(seen: list[set[int]]) -> None:
+    import threading
+    import time
+
+    def kill() -> None:
+        deadline = time.monotonic() + 60
+        while len(_workers()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)  # both workers have started their 60 s tasks
+        workers = _workers()
+        seen.append(workers)
+        os.kill(min(workers), signal.SIGKILL)
+
+    threading.Thread(target=kill, daemon=True).start()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("fault", ["a task fails", "a worker is killed", "the caller stops early"])
+def test_a_fault_terminates_and_reaps_every_sibling_worker(fault):
+    """The sibling tasks sleep 60 s: only terminating them ends the batch within the bound below,
+    and a terminated worker must also be waited for (no zombie left in /proc)."""
+    import time
+    from concurrent.futures.process import BrokenProcessPool
+
+    before = _workers()
+    tasks = [(60.0, False), (60.0, False), (60.0, False)]
+    start = time.monotonic()
+    seen: list[set[int]] = []
+    if fault == "a task fails":
+        tasks[0] = (0.5, True)
+        with pytest.raises(ArithmeticError, match="^the short task failed$"):
+            list(batch.run_tasks(_sleep_or_fail, tasks, workers=2))
+    elif fault == "a worker is killed":
+        _kill_a_worker_later(seen)
+        with pytest.raises(BrokenProcessPool):
+            list(batch.run_tasks(_sleep_or_fail, tasks, workers=2))
+    else:
+        results = batch.run_tasks(_sleep_or_fail, [(0.5, False), *tasks], workers=2)
+        assert next(results) == (0, 0.5)
+        seen.append(_workers())
+        results.close()
+    assert time.monotonic() - start < 45  # far less than the siblings' 60 s: they were terminated
+    left = _workers() - before
+    assert not left, f"worker processes left behind: {sorted(left)}"
+    assert not any(_exists(pid) for pids in seen for pid in pids - before)  # reaped, not zombies
