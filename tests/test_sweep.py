@@ -24,7 +24,7 @@ from attnflow.viz.phase import parse_metric, phase_figure, phase_table
 from attnflow.workflows.run import run
 from attnflow.workflows.sweep import run_sweep
 from attnflow.workflows.sweep_plan import parse_grid, plan_sweep, split_values
-from attnflow.workflows.sweep_points import collect_results, is_finished, run_point
+from attnflow.workflows.sweep_points import clear_stale_staging, collect_results, is_finished, run_point
 
 TINY = """
 [model]
@@ -497,3 +497,44 @@ def test_a_scheduler_that_is_not_an_address_or_file_is_one_line(base_file, tmp_p
     assert "must be a Dask address (tcp://host:port) or a scheduler file" in result.stderr
     assert reason in result.stderr
     assert not out.exists()
+
+
+def _hold_lock(marker: Path) -> subprocess.Popen:
+    """A process that locks ``marker`` as a run writing its folder does, until it is killed."""
+    code = (
+        "import fcntl, os, sys, time\n"
+        "fd = os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('locked', flush=True)\ntime.sleep(600)\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code, str(marker)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "locked\n"
+    return holder
+
+
+def test_a_killed_workers_staging_folder_is_removed_by_the_next_attempt(base_file, tmp_path):
+    """A Dask worker killed mid-point leaves ``<hash>.<id>.partial``; Dask runs the point again
+    elsewhere. That attempt removes the dead writer's folder and keeps a live writer's."""
+    point = tiny_plan(base_file).points[0]
+    runs = tmp_path / "runs"
+    dead, live, fresh, old = (
+        runs / f"{point.hash}.{tag}.partial" for tag in ("dead0000", "live0000", "new0", "old0")
+    )
+    for folder in (dead, live, fresh, old):
+        folder.mkdir(parents=True)
+    (dead / "trajectory.zarr").mkdir()  # what a killed run leaves: its store and its marker
+    killed = _hold_lock(dead / ".attnflow-run")
+    killed.kill()  # SIGKILL: its lock dies with it
+    killed.wait()
+    writer = _hold_lock(live / ".attnflow-run")
+    an_hour_ago = time.time() - 3600
+    os.utime(old, (an_hour_ago, an_hour_ago))  # no marker, never published: stale
+    try:
+        outcome = run_point(resolved_dict(point.config), str(runs / point.hash))
+        assert outcome["status"] == "ok" and is_finished(runs / point.hash)
+        left = sorted(p.name for p in runs.iterdir())
+        assert left == sorted([point.hash, live.name, fresh.name])  # a live writer's folder is kept
+    finally:
+        writer.kill()
+        writer.wait()
+    assert clear_stale_staging(runs / point.hash) == [live]  # the end of the sweep: its writer is gone
+    assert sorted(p.name for p in runs.iterdir()) == sorted([point.hash, fresh.name])

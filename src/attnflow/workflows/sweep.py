@@ -27,8 +27,10 @@ Resumable: a point whose folder holds a ``metrics.json`` with ``run.status`` is 
 skipped. Each point runs in a staging folder ``runs/<hash>.<id>.partial`` that is renamed to
 ``runs/<hash>`` when the point is finished (or has failed), so a killed sweep leaves only finished
 folders, failed folders and stray staging folders; the next run removes the last two and redoes
-those points. A failed point does not stop the sweep: its folder holds ``error.json`` (``status``
-"failed", ``error``, ``traceback``) and its row has status "failed" and the message. The tables
+those points. A staging folder left by a killed worker (whose point Dask runs again elsewhere) is
+removed by that next attempt and at the end of the sweep, once no live process writes it. A
+failed point does not stop the sweep: its folder holds ``error.json`` (``status`` "failed",
+``error``, ``traceback``) and its row has status "failed" and the message. The tables
 are rebuilt from the run folders at the end of every run, so a resumed sweep has no duplicates.
 A point is known by its config hash only: after a code change that alters results, use a new DIR.
 
@@ -66,6 +68,7 @@ from attnflow.io.version import __version__
 from attnflow.numerics.batch import SINGLE_THREAD_ENVIRON, available_cores, single_thread_environ
 from attnflow.workflows.sweep_plan import GridAxis, SweepPlan, SweepPoint, parse_grid, plan_sweep
 from attnflow.workflows.sweep_points import (
+    clear_stale_staging,
     clear_unfinished,
     collect_results,
     error_record,
@@ -271,6 +274,8 @@ def run_sweep(
         clear_unfinished(runs, [p.hash for p in plan.points])
         if todo:
             done, failed = _execute(client, todo, runs, progress, failures, caught)
+            for point in todo:  # a killed worker's staging folder, its point finished elsewhere
+                clear_stale_staging(runs / point.hash)
     rows = collect_results(plan, runs)
     write_results(rows, out_dir)
     return SweepSummary(
