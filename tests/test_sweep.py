@@ -538,3 +538,53 @@ def test_a_killed_workers_staging_folder_is_removed_by_the_next_attempt(base_fil
         writer.wait()
     assert clear_stale_staging(runs / point.hash) == [live]  # the end of the sweep: its writer is gone
     assert sorted(p.name for p in runs.iterdir()) == sorted([point.hash, fresh.name])
+
+
+def _refused(address: str, security=None) -> str:
+    from distributed import Client
+
+    try:
+        client = Client(address, timeout=5, security=security)
+    except Exception as error:  # TypeError (no TLS context), CommClosedError, OSError, TimeoutError
+        return type(error).__name__
+    client.close()
+    return ""
+
+
+def test_the_local_cluster_refuses_a_client_without_its_credentials():
+    """Another local user could reach 127.0.0.1: plain TCP, TLS without credentials and TLS with
+    credentials of their own are all refused; the sweep's own client runs tasks."""
+    from attnflow.workflows.sweep import connect, local_security
+
+    with connect(workers=1) as client:
+        address = client.scheduler.address
+        assert address.startswith("tls://127.0.0.1:")
+        assert client.submit(abs, -3).result() == 3
+        assert _refused(address)
+        assert _refused(address.replace("tls://", "tcp://"))
+        assert _refused(address, security=local_security())  # a certificate the cluster never signed
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--tls-cert", "{cert}"],
+         "sweep: `--tls-ca-file` and `--tls-cert` must be given together; got only --tls-cert."),
+        (["--tls-ca-file", "{cert}", "--tls-cert", "{cert}"],
+         "sweep: `--tls-ca-file` must be left out without `--scheduler`"),
+        (["--scheduler", "tls://127.0.0.1:1", "--tls-ca-file", "{cert}", "--tls-cert", "{missing}"],
+         "sweep: `--tls-cert` must be a readable file; got "),
+    ],
+)  # fmt: skip
+def test_tls_options_are_checked_before_any_connection(base_file, tmp_path, options, message):
+    cert = tmp_path / "cert.pem"
+    cert.write_text("-----BEGIN CERTIFICATE-----\n")
+    filled = [o.format(cert=cert, missing=tmp_path / "missing.pem") for o in options]
+    out = tmp_path / "sweep"
+    result = CliRunner().invoke(
+        app, ["sweep", str(base_file), "--grid", "model.beta=1,2", "--out", str(out), *filled]
+    )
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {message}"), result.output
+    assert not out.exists()
