@@ -217,8 +217,15 @@ def reproduce(
     sizes: Annotated[str | None, typer.Option(hidden=True, help="Testing: token counts, e.g. 32,64.")] = None,
     seeds: Annotated[int | None, typer.Option(hidden=True, help="Testing: first k seeds only.")] = None,
     workers: Annotated[int | None, typer.Option(hidden=True, help="Processes (default <= 2).")] = None,
+    set_: Annotated[
+        list[str],
+        typer.Option(
+            "--set", help="Override of every simulated run, e.g. solver.interaction=expansion (repeatable)."
+        ),
+    ] = [],  # noqa: B006
 ) -> None:
     """Run the paper's experiments E0-E9, check every expectation, write the report."""
+    from attnflow.io.config import apply_overrides
     from attnflow.numerics.program_cache import enable_persistent_cache
     from attnflow.viz.report import failure_lines, summary_table
     from attnflow.workflows.reproduce import reproduce as run_reproduce
@@ -227,9 +234,11 @@ def reproduce(
     enable_persistent_cache()
     with user_errors():
         ids, token_counts = parse_only(only), parse_sizes(sizes)
+        apply_overrides({}, set_)  # malformed --set values, before any experiment is read
         check_out_folder(out)
         with progress_bar("reproducing") as progress:
             options = dict(quick=quick, only=ids, sizes=token_counts, n_seeds=seeds, workers=workers)
+            options.update(overrides=tuple(set_))
             outcome = run_reproduce(out, **options, progress=progress)
     stdout.print(summary_table(outcome))
     for line in failure_lines(outcome):
