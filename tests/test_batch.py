@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -249,3 +250,43 @@ def test_a_fault_terminates_and_reaps_every_sibling_worker(fault):
     left = _workers() - before
     assert not left, f"worker processes left behind: {sorted(left)}"
     assert not any(_exists(pid) for pids in seen for pid in pids - before)  # reaped, not zombies
+
+
+_CTRL_C_SCRIPT = textwrap.dedent(
+    """
+    import sys, time
+    from attnflow.numerics import batch
+    if __name__ == "__main__":
+        try:
+            list(batch.run_tasks(time.sleep, [(60.0,), (60.0,), (60.0,)], workers=2))
+        except KeyboardInterrupt:
+            print("stopped", flush=True)
+    """
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_ctrl_c_stops_a_batch_without_worker_tracebacks(tmp_path):
+    """Ctrl-C reaches every process of the terminal's group: the parent stops the batch (its
+    workers terminated and reaped) and no worker prints a traceback of its own."""
+    import time
+
+    script = tmp_path / "batch_main.py"
+    script.write_text(_CTRL_C_SCRIPT)
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, start_new_session=True)  # fmt: skip
+    try:
+        deadline, workers = time.monotonic() + 60, []
+        while len(workers) < 2 and time.monotonic() < deadline:
+            children = Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text().split()
+            workers = [int(p) for p in children if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()]
+            time.sleep(0.1)
+        assert len(workers) == 2, "the two workers never started"
+        time.sleep(2.0)  # each worker has run its initializer and started a task
+        os.killpg(parent.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+        stdout, stderr = parent.communicate(timeout=45)  # the tasks would sleep 60 s
+    finally:
+        if parent.poll() is None:
+            os.killpg(parent.pid, signal.SIGKILL)
+    assert stdout == "stopped\n" and "Traceback" not in stderr, stderr
+    assert not any(os.path.exists(f"/proc/{pid}") for pid in workers)
