@@ -267,8 +267,8 @@ _CTRL_C_SCRIPT = textwrap.dedent(
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_ctrl_c_stops_a_batch_without_worker_tracebacks(tmp_path):
-    """Ctrl-C reaches every process of the terminal's group: the parent stops the batch (its
-    workers terminated and reaped) and no worker prints a traceback of its own."""
+    """Ctrl-C reaches every process of the terminal's group, workers still starting included: the
+    parent stops the batch (its workers terminated and reaped) and no worker prints a traceback."""
     import time
 
     script = tmp_path / "batch_main.py"
@@ -282,7 +282,13 @@ def test_ctrl_c_stops_a_batch_without_worker_tracebacks(tmp_path):
             workers = [int(p) for p in children if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()]
             time.sleep(0.1)
         assert len(workers) == 2, "the two workers never started"
-        time.sleep(2.0)  # each worker has run its initializer and started a task
+        for pid in workers:  # SIGINT is blocked from the worker's start on (bit SIGINT - 1 of SigBlk)
+            status = Path(f"/proc/{pid}/status").read_text()
+            blocked = int(
+                next(line.split()[1] for line in status.splitlines() if line.startswith("SigBlk:")), 16
+            )
+            assert blocked >> (signal.SIGINT - 1) & 1
+        time.sleep(0.3)  # the workers are starting (importing attnflow and JAX) or have started a task
         os.killpg(parent.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
         stdout, stderr = parent.communicate(timeout=45)  # the tasks would sleep 60 s
     finally:

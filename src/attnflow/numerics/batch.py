@@ -16,6 +16,9 @@ place before the child imports NumPy or starts XLA) and ``POOL_ENVIRON`` (CPU on
 and multiprocessing gives it this process's ``sys.path``, so a stray ``numpy.py`` or ``attnflow/``
 in the working directory is never imported by a worker). A worker dies with its parent
 (``die_with_parent``: Linux's parent-death signal), so a killed run leaves no worker behind.
+Workers never see Ctrl-C: they are spawned with SIGINT blocked (a signal mask survives the
+start of a process), so the SIGINT a terminal sends to its whole process group reaches only the
+parent, which stops the batch; no worker dies half-started printing a traceback.
 
 ``ATTNFLOW_CORES`` caps the cores a process uses (``available_cores``); the workers run with
 ``ATTNFLOW_CORES=1``, so that none starts workers of its own.
@@ -96,6 +99,20 @@ def _borrowed_environ(environ: dict[str, str]) -> Iterator[None]:
                     os.environ[key] = value
 
 
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """SIGINT blocked in this thread (a SIGINT that arrives meanwhile is delivered after, not
+    lost); processes started here inherit the mask and keep SIGINT blocked."""
+    if not hasattr(signal, "pthread_sigmask"):  # not POSIX
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _TERMINATE_WAIT_S = 5.0  # how long a worker may take to exit on SIGTERM before it is killed
 
@@ -131,7 +148,7 @@ def run_tasks(fn: Callable[..., Any], tasks: Sequence[tuple], *, workers: int) -
     finished = False
     try:
         # a spawn pool starts its processes as tasks are submitted: all of them start here
-        with _borrowed_environ({**single_thread_environ(), **POOL_ENVIRON}):
+        with _borrowed_environ({**single_thread_environ(), **POOL_ENVIRON}), _sigint_blocked():
             futures = {pool.submit(fn, *task): index for index, task in enumerate(tasks)}
         for future in as_completed(futures):
             yield futures[future], future.result()
