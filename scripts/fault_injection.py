@@ -109,7 +109,7 @@ def kill_once(config: Path, out: Path, sig: int, delay: float | int, reference) 
     if sig == signal.SIGINT and process.returncode == 130:
         lines = stderr.strip().splitlines()
         intact &= len(lines) == 1
-        if lines[0].startswith("interrupted before the run started"):
+        if lines[0] == STARTING_LINE or lines[0].startswith("interrupted before the run started"):
             intact &= not (out / MARKER).exists()  # nothing written
         else:
             metrics = json.loads((out / "metrics.json").read_text())
