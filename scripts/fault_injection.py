@@ -9,6 +9,8 @@ Each scenario runs the real command line in subprocesses and checks what the fol
   before the store existed): intact when every snapshot kept before the resume is bitwise the
   uninterrupted run's, and the resumed run's final store is bitwise the uninterrupted one
   (SIGINT also: exit 130, one line on stderr, metrics.json says ``interrupted``).
+- SIGINT while the command starts (importing attnflow and JAX): intact when it exits 130 with
+  one line on stderr and writes nothing.
 - Two runs into one ``--out`` at the same moment: intact when exactly one exits 0, the other
   exits 2 with one line, and the folder holds one finished run.
 - A read-only folder and a full disk (a small tmpfs; needs root, skipped otherwise): intact
@@ -54,8 +56,13 @@ save_every = 0.5
 """
 
 
+# what the installed `attnflow` command runs (pyproject's [project.scripts])
+CONSOLE_SCRIPT = "import sys; from attnflow_entry import main; sys.exit(main())"
+STARTING_LINE = "interrupted while starting: nothing was done."
+
+
 def attnflow(*args: str) -> list[str]:
-    return [sys.executable, "-m", "attnflow", *args]
+    return [sys.executable, "-c", CONSOLE_SCRIPT, *args]
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
@@ -102,7 +109,7 @@ def kill_once(config: Path, out: Path, sig: int, delay: float | int, reference) 
     if sig == signal.SIGINT and process.returncode == 130:
         lines = stderr.strip().splitlines()
         intact &= len(lines) == 1
-        if lines[0].startswith("interrupted before the run started"):
+        if lines[0] == STARTING_LINE or lines[0].startswith("interrupted before the run started"):
             intact &= not (out / MARKER).exists()  # nothing written
         else:
             metrics = json.loads((out / "metrics.json").read_text())
@@ -119,6 +126,26 @@ def kill_once(config: Path, out: Path, sig: int, delay: float | int, reference) 
     moment = f"at snapshot {delay}" if isinstance(delay, int) else f"after {delay:.1f} s"
     print(f"  {sig.name} {moment}: exit {process.returncode}, {kept} snapshots kept", flush=True)
     return intact, stderr + recovery.stderr
+
+
+def start_interrupted_once(config: Path, out: Path, delay: float) -> tuple[bool, str]:
+    """SIGINT while the command starts (importing attnflow and JAX, reading the config): intact
+    when it exits 130 with one line and, unless the run had claimed its folder, writes nothing."""
+    process = subprocess.Popen(
+        attnflow("run", str(config), "--out", str(out)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(delay)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    lines = stderr.strip().splitlines()
+    intact = process.returncode == 130 and len(lines) == 1
+    if intact and lines[0] in (STARTING_LINE, "interrupted before the run started: nothing was written."):
+        intact &= not out.exists()
+    print(f"  SIGINT after {delay:.2f} s: exit {process.returncode}, {lines[:1]}", flush=True)
+    return intact, stderr
 
 
 def concurrent_once(config: Path, out: Path, reference) -> tuple[bool, str]:
@@ -213,6 +240,11 @@ def main() -> None:
                 # a random moment in time (imports, build, compilation included), or in the snapshots
                 delay = rng.uniform(0.5, 0.8 * wall) if k % 2 == 0 else rng.randint(1, 300)
                 record(name, *kill_once(config, root / f"{sig.name}-{k}", sig, delay, reference))
+        for k in range(args.kills):
+            delay = rng.uniform(0.05, 2.0)
+            record(
+                "SIGINT while the command starts", *start_interrupted_once(config, root / f"start-{k}", delay)
+            )
         for k in range(2):
             record("two runs into one --out at once", *concurrent_once(config, root / f"pair-{k}", reference))
         if os.geteuid() == 0 and shutil.which("mount"):

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -167,3 +169,130 @@ def test_workers_are_single_threaded_and_never_import_from_the_working_directory
         assert view["environ"] == {**batch.SINGLE_THREAD_ENVIRON, **batch.POOL_ENVIRON}
         assert view["numpy"] != str(planted / "numpy.py") and str(planted) not in view["path"]
         assert "" not in view["path"] and view["platform"] == "cpu" and view["devices"] == 1
+
+
+def _children() -> set[int]:
+    pid = os.getpid()
+    found: set[int] = set()
+    for thread in os.listdir(f"/proc/{pid}/task"):
+        found.update(int(p) for p in open(f"/proc/{pid}/task/{thread}/children").read().split())
+    return found
+
+
+def _workers() -> set[int]:
+    """This process's pool workers (the stdlib's resource tracker is a child that stays)."""
+    found = set()
+    for child in _children():
+        try:
+            if b"spawn_main" in open(f"/proc/{child}/cmdline", "rb").read():
+                found.add(child)
+        except FileNotFoundError:
+            continue
+    return found
+
+
+def _exists(pid: int) -> bool:
+    """Whether ``pid`` is still a process of this machine (running, or a zombie never waited for)."""
+    return os.path.exists(f"/proc/{pid}")
+
+
+def _sleep_or_fail(seconds: float, fail: bool) -> float:
+    import time
+
+    time.sleep(seconds)
+    if fail:
+        raise ArithmeticError("the short task failed")
+    return seconds
+
+
+def _kill_a_worker_later(seen: list[set[int]]) -> None:
+    import threading
+    import time
+
+    def kill() -> None:
+        deadline = time.monotonic() + 60
+        while len(_workers()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)  # both workers have started their 60 s tasks
+        workers = _workers()
+        seen.append(workers)
+        os.kill(min(workers), signal.SIGKILL)
+
+    threading.Thread(target=kill, daemon=True).start()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("fault", ["a task fails", "a worker is killed", "the caller stops early"])
+def test_a_fault_terminates_and_reaps_every_sibling_worker(fault):
+    """The sibling tasks sleep 60 s: only terminating them ends the batch within the bound below,
+    and a terminated worker must also be waited for (no zombie left in /proc)."""
+    import time
+    from concurrent.futures.process import BrokenProcessPool
+
+    before = _workers()
+    tasks = [(60.0, False), (60.0, False), (60.0, False)]
+    start = time.monotonic()
+    seen: list[set[int]] = []
+    if fault == "a task fails":
+        tasks[0] = (0.5, True)
+        with pytest.raises(ArithmeticError, match="^the short task failed$"):
+            list(batch.run_tasks(_sleep_or_fail, tasks, workers=2))
+    elif fault == "a worker is killed":
+        _kill_a_worker_later(seen)
+        with pytest.raises(BrokenProcessPool):
+            list(batch.run_tasks(_sleep_or_fail, tasks, workers=2))
+    else:
+        results = batch.run_tasks(_sleep_or_fail, [(0.5, False), *tasks], workers=2)
+        assert next(results) == (0, 0.5)
+        seen.append(_workers())
+        results.close()
+    assert time.monotonic() - start < 45  # far less than the siblings' 60 s: they were terminated
+    left = _workers() - before
+    assert not left, f"worker processes left behind: {sorted(left)}"
+    assert not any(_exists(pid) for pids in seen for pid in pids - before)  # reaped, not zombies
+
+
+_CTRL_C_SCRIPT = textwrap.dedent(
+    """
+    import sys, time
+    from attnflow.numerics import batch
+    if __name__ == "__main__":
+        try:
+            list(batch.run_tasks(time.sleep, [(60.0,), (60.0,), (60.0,)], workers=2))
+        except KeyboardInterrupt:
+            print("stopped", flush=True)
+    """
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_ctrl_c_stops_a_batch_without_worker_tracebacks(tmp_path):
+    """Ctrl-C reaches every process of the terminal's group, workers still starting included: the
+    parent stops the batch (its workers terminated and reaped) and no worker prints a traceback."""
+    import time
+
+    script = tmp_path / "batch_main.py"
+    script.write_text(_CTRL_C_SCRIPT)
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, start_new_session=True)  # fmt: skip
+    try:
+        deadline, workers = time.monotonic() + 60, []
+        while len(workers) < 2 and time.monotonic() < deadline:
+            children = Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text().split()
+            workers = [int(p) for p in children if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()]
+            time.sleep(0.1)
+        assert len(workers) == 2, "the two workers never started"
+        for pid in workers:  # SIGINT is blocked from the worker's start on (bit SIGINT - 1 of SigBlk)
+            status = Path(f"/proc/{pid}/status").read_text()
+            blocked = int(
+                next(line.split()[1] for line in status.splitlines() if line.startswith("SigBlk:")), 16
+            )
+            assert blocked >> (signal.SIGINT - 1) & 1
+        time.sleep(0.3)  # the workers are starting (importing attnflow and JAX) or have started a task
+        os.killpg(parent.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+        stdout, stderr = parent.communicate(timeout=45)  # the tasks would sleep 60 s
+    finally:
+        if parent.poll() is None:
+            os.killpg(parent.pid, signal.SIGKILL)
+    assert stdout == "stopped\n" and "Traceback" not in stderr, stderr
+    assert not any(os.path.exists(f"/proc/{pid}") for pid in workers)

@@ -14,20 +14,9 @@ from typer.testing import CliRunner
 
 from attnflow.cli import app
 from attnflow.io.store import open_dataset, read_trajectory
+from configs import small_config, small_toml
 
-SMALL = """
-[model]
-n = 16
-d = 3
-[aux]
-kind = "positions"
-[gauge]
-kind = "rope"
-[solver]
-dt = 0.05
-t_end = 2.0
-save_every = 0.5
-"""
+SMALL = small_toml()
 
 
 @pytest.fixture
@@ -154,7 +143,7 @@ def test_non_empty_out_folder_is_refused(config_file, tmp_path):
 
 def test_sigkilled_run_leaves_a_readable_trajectory(tmp_path):
     config = tmp_path / "long.toml"
-    config.write_text(SMALL.replace("t_end = 2.0", "t_end = 5000.0").replace("dt = 0.05", "dt = 0.01"))
+    config.write_text(small_toml({"solver": {"t_end": 5000.0, "dt": 0.01}}))
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "attnflow", "run", str(config), "--out", str(out)]
@@ -259,3 +248,86 @@ def test_realize_options_are_checked_before_anything_is_written(tmp_path, option
     assert result.exit_code == 2, result.output
     assert f"Invalid value for '{option}'" in " ".join(result.output.split())
     assert not out.exists()
+
+
+# --- absurd step counts (refused before anything starts) ------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["rk4", "euler", "geodesic_rk4"])
+def test_a_run_of_absurdly_many_steps_is_refused_naming_dt(tmp_path, method):
+    config = tmp_path / "tiny_dt.toml"
+    config.write_text(small_toml({"solver": {"dt": 1e-12, "method": method}}))
+    out = tmp_path / "run"
+    result = invoke("run", str(config), "--out", str(out))
+    assert result.exit_code == 2, result.output
+    assert result.output.splitlines() == [
+        f"error: {config}: `solver.dt` must be at least `solver.t_end` / 1e+08 = 2e-08 (at most 1e+08 "
+        "fixed steps); got 1e-12. That is 2e+12 steps, 5e+11 per snapshot (`solver.t_end` = 2.0, "
+        "`solver.save_every` = 0.5); raise solver.dt or lower solver.t_end."
+    ]
+    assert not out.exists()
+
+
+def test_the_step_bound_is_on_fixed_steps_only():
+    from attnflow.io.config import ConfigError, config_from_dict
+    from attnflow.io.config_rules import MAX_STEPS
+
+    at_bound = {"solver": {"dt": 1e-8, "t_end": 1.0, "save_every": 0.5}}  # exactly MAX_STEPS steps
+    assert config_from_dict(small_config(at_bound)).solver.t_end / 1e-8 == MAX_STEPS
+    with pytest.raises(ConfigError, match=r"^config: `solver.dt` must be at least `solver.t_end` / 1e\+08"):
+        config_from_dict(small_config({"solver": {"dt": 0.99e-8, "t_end": 1.0, "save_every": 0.5}}))
+    # an adaptive run's dt is only its first trial step: the controller grows it
+    adaptive = config_from_dict(small_config({"solver": {"dt": 1e-12, "method": "adaptive"}}))
+    assert adaptive.solver.dt == 1e-12
+
+
+# --- reproduce --set -------------------------------------------------------------------------------
+
+
+def test_reproduce_passes_every_set_to_its_runs(tmp_path, monkeypatch):
+    from attnflow.workflows import reproduce as reproduce_module
+
+    seen = {}
+
+    def fake(out_dir, **options):
+        seen.update(options, out_dir=out_dir)
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(reproduce_module, "reproduce", fake)
+    out = tmp_path / "report"
+    args = ["--quick", "--only", "E0", "--out", str(out)]
+    sets = ["--set", 'solver.interaction="expansion"', "--set", "solver.method=rk4"]
+    result = invoke("reproduce", *args, *sets)
+    assert result.exit_code == 2 and result.output == "error: stop here\n"
+    assert seen["overrides"] == ('solver.interaction="expansion"', "solver.method=rk4")
+    assert seen["only"] == ["E0"] and seen["quick"] is True
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("solver.dt", "error: --set: `solver.dt` must be given as section.key=value; got 'solver.dt'."),
+        ("solver.foo=1", "error: --set: `solver.foo` must be one of the keys of [solver]; got 'foo'."),
+        ('solver.interaction="nope"', "error: E0.toml: `solver.interaction` must be how the attention sums"),
+    ],
+)
+def test_reproduce_refuses_a_bad_set_in_one_line_before_writing(tmp_path, override, message):
+    out = tmp_path / "report"
+    result = invoke("reproduce", "--quick", "--only", "E0", "--out", str(out), "--set", override)
+    assert result.exit_code == 2, result.output
+    lines = result.output.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(message), result.output
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_reproduce_set_reaches_the_recorded_runs(tmp_path):
+    """E0 runs the adaptive solver; with ``--set solver.method=rk4`` its recorded runs take the
+    fixed steps of the file's dt (t_end / dt of them, none rejected)."""
+    out = tmp_path / "report"
+    sets = ["--set", 'solver.interaction="expansion"', "--set", 'solver.method="rk4"']
+    result = invoke("reproduce", "--quick", "--only", "E0", "--out", str(out), "--seeds", "1", *sets)
+    assert result.exit_code == 0, result.output
+    (run,) = json.loads((out / "results.json").read_text())["experiments"]["E0"]["runs"]
+    assert run["status"] == "ok"
+    assert run["timing"]["steps"] == 2000 and run["timing"].get("steps_rejected", 0) == 0  # 20 / 0.01

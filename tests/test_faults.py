@@ -18,20 +18,9 @@ from attnflow.cli import app
 from attnflow.io.config import load_config
 from attnflow.io.store import read_trajectory
 from attnflow.workflows import run as run_module
+from configs import small_toml
 
-SMALL = """
-[model]
-n = 16
-d = 3
-[aux]
-kind = "positions"
-[gauge]
-kind = "rope"
-[solver]
-dt = 0.05
-t_end = 4.0
-save_every = 0.5
-"""
+SMALL = small_toml({"solver": {"t_end": 4.0}})
 N_SNAPSHOTS = 9  # t_end / save_every + 1
 
 
@@ -160,7 +149,9 @@ def test_zero_factor_writes_a_null_gap(tmp_path):
     # E_max = 0 for a zero factor: the relative gap is undefined (null), not a ZeroDivisionError.
     np.save(tmp_path / "w.npy", np.zeros((16, 16)))
     config = tmp_path / "zero.toml"
-    config.write_text(SMALL + f'[factor]\nkind = "file"\npath = "{tmp_path / "w.npy"}"\n')
+    config.write_text(
+        small_toml({"solver": {"t_end": 4.0}, "factor": {"kind": "file", "path": str(tmp_path / "w.npy")}})
+    )
     out = tmp_path / "run"
     result = invoke("run", str(config), "--out", str(out))
     assert result.exit_code == 0, result.output
@@ -182,7 +173,7 @@ def test_an_overflowing_run_exits_3_with_valid_metrics(tmp_path, overrides):
     assert metrics["run"]["status"] in ("nonfinite", "max_steps")
 
 
-LONG = SMALL.replace("t_end = 4.0", "t_end = 400.0").replace("dt = 0.05", "dt = 0.005")
+LONG = small_toml({"solver": {"t_end": 400.0, "dt": 0.005}})
 
 
 def _start(config: Path, out: Path, *extra: str) -> subprocess.Popen:

@@ -10,6 +10,7 @@ import pytest
 import scipy.linalg
 
 from attnflow.core import gauges
+from attnflow.core.sphere import sample_uniform
 from helpers_core import GAUGES, N_SMALL, commuting_generators_d4, uniform
 
 
@@ -199,3 +200,53 @@ def test_generalized_rope_orthogonal_to_round_off():
 def test_make_rope_rejects_too_many_frequencies():
     with pytest.raises(ValueError, match=r"frequencies"):
         gauges.make_rope(np.arange(4), 3, np.array([1.0, 2.0]))
+
+
+def _dense_rope(xi: np.ndarray, d: int, frequencies: np.ndarray) -> np.ndarray:
+    """RoPE as dense matrices, built block by block: ``blockdiag(r(θ_1 ξ), …, r(θ_m ξ), I)``."""
+    q = np.zeros((xi.size, d, d))
+    for i, position in enumerate(xi):
+        q[i] = np.eye(d)
+        for k, theta in enumerate(frequencies):
+            c, s = np.cos(theta * position), np.sin(theta * position)
+            q[i, 2 * k : 2 * k + 2, 2 * k : 2 * k + 2] = [[c, -s], [s, c]]
+    return q
+
+
+@pytest.mark.parametrize("d, kind", [(2, "roformer"), (5, "roformer"), (8, "roformer"), (7, [0.3, 1.7])])
+def test_compact_rope_equals_the_dense_construction(d, kind):
+    xi = np.arange(12.0) - 3.5
+    freqs = gauges.rope_frequencies(d, kind=kind)
+    rope = gauges.make_rope(xi, d, freqs)
+    assert rope.angles.shape == (12, freqs.size)  # stored: one angle per token and plane
+    dense = _dense_rope(xi, d, freqs)
+    # the same cos and sin of the same float64 angles (NumPy and XLA may differ in the last ulp)
+    np.testing.assert_allclose(np.asarray(rope.matrices()), dense, rtol=0, atol=4e-16)
+    x = np.asarray(sample_uniform(0, 12, d))
+    np.testing.assert_allclose(
+        np.asarray(rope.apply(x)), np.einsum("nij,nj->ni", dense, x), rtol=0, atol=1e-15
+    )
+    u = np.asarray(rope.apply(x))
+    np.testing.assert_allclose(np.asarray(rope.apply_transpose(u)), x, rtol=0, atol=1e-15)
+
+
+def test_large_d_rope_is_stored_and_applied_compactly():
+    n, d = 64, 5000
+    rope = gauges.make_rope(np.arange(n), d, gauges.rope_frequencies(d, kind="roformer"))
+    assert rope.angles.nbytes == n * (d // 2) * 8  # 2.6 MB, where n x d x d matrices are 12.8 GB
+    x = np.asarray(sample_uniform(1, n, d))
+    u = jax.jit(rope.apply)(x)
+    np.testing.assert_allclose(np.linalg.norm(np.asarray(u), axis=1), 1.0, rtol=0, atol=1e-13)  # rotations
+    np.testing.assert_allclose(np.asarray(rope.apply_transpose(u)), x, rtol=0, atol=1e-14)
+
+
+def test_the_memory_estimate_counts_rope_compactly():
+    from attnflow.io.config import config_from_dict
+    from attnflow.workflows.build import memory_estimate
+
+    n, d = 64, 5000
+    data = {"model": {"n": n, "d": d}, "aux": {"kind": "positions"}}
+    rope = memory_estimate(config_from_dict({**data, "gauge": {"kind": "rope", "frequencies": "roformer"}}))
+    dense = n * d * d * 8
+    # the simulation holds the angles; the store and the metrics still take the matrices (2 copies)
+    assert rope["model.d"] == n * (d // 2) * 8 + 2 * dense

@@ -24,7 +24,7 @@ from attnflow.viz.phase import parse_metric, phase_figure, phase_table
 from attnflow.workflows.run import run
 from attnflow.workflows.sweep import run_sweep
 from attnflow.workflows.sweep_plan import parse_grid, plan_sweep, split_values
-from attnflow.workflows.sweep_points import collect_results, is_finished, run_point
+from attnflow.workflows.sweep_points import clear_stale_staging, collect_results, is_finished, run_point
 
 TINY = """
 [model]
@@ -496,4 +496,95 @@ def test_a_scheduler_that_is_not_an_address_or_file_is_one_line(base_file, tmp_p
     assert result.stderr.count("\n") == 1
     assert "must be a Dask address (tcp://host:port) or a scheduler file" in result.stderr
     assert reason in result.stderr
+    assert not out.exists()
+
+
+def _hold_lock(marker: Path) -> subprocess.Popen:
+    """A process that locks ``marker`` as a run writing its folder does, until it is killed."""
+    code = (
+        "import fcntl, os, sys, time\n"
+        "fd = os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('locked', flush=True)\ntime.sleep(600)\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code, str(marker)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "locked\n"
+    return holder
+
+
+def test_a_killed_workers_staging_folder_is_removed_by_the_next_attempt(base_file, tmp_path):
+    """A Dask worker killed mid-point leaves ``<hash>.<id>.partial``; Dask runs the point again
+    elsewhere. That attempt removes the dead writer's folder and keeps a live writer's."""
+    point = tiny_plan(base_file).points[0]
+    runs = tmp_path / "runs"
+    dead, live, fresh, old = (
+        runs / f"{point.hash}.{tag}.partial" for tag in ("dead0000", "live0000", "new0", "old0")
+    )
+    for folder in (dead, live, fresh, old):
+        folder.mkdir(parents=True)
+    (dead / "trajectory.zarr").mkdir()  # what a killed run leaves: its store and its marker
+    killed = _hold_lock(dead / ".attnflow-run")
+    killed.kill()  # SIGKILL: its lock dies with it
+    killed.wait()
+    writer = _hold_lock(live / ".attnflow-run")
+    an_hour_ago = time.time() - 3600
+    os.utime(old, (an_hour_ago, an_hour_ago))  # no marker, never published: stale
+    try:
+        outcome = run_point(resolved_dict(point.config), str(runs / point.hash))
+        assert outcome["status"] == "ok" and is_finished(runs / point.hash)
+        left = sorted(p.name for p in runs.iterdir())
+        assert left == sorted([point.hash, live.name, fresh.name])  # a live writer's folder is kept
+    finally:
+        writer.kill()
+        writer.wait()
+    assert clear_stale_staging(runs / point.hash) == [live]  # the end of the sweep: its writer is gone
+    assert sorted(p.name for p in runs.iterdir()) == sorted([point.hash, fresh.name])
+
+
+def _refused(address: str, security=None) -> str:
+    from distributed import Client
+
+    try:
+        client = Client(address, timeout=5, security=security)
+    except Exception as error:  # TypeError (no TLS context), CommClosedError, OSError, TimeoutError
+        return type(error).__name__
+    client.close()
+    return ""
+
+
+def test_the_local_cluster_refuses_a_client_without_its_credentials():
+    """Another local user could reach 127.0.0.1: plain TCP, TLS without credentials and TLS with
+    credentials of their own are all refused; the sweep's own client runs tasks."""
+    from attnflow.workflows.sweep import connect, local_security
+
+    with connect(workers=1) as client:
+        address = client.scheduler.address
+        assert address.startswith("tls://127.0.0.1:")
+        assert client.submit(abs, -3).result() == 3
+        assert _refused(address)
+        assert _refused(address.replace("tls://", "tcp://"))
+        assert _refused(address, security=local_security())  # a certificate the cluster never signed
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--tls-cert", "{cert}"],
+         "sweep: `--tls-ca-file` and `--tls-cert` must be given together; got only --tls-cert."),
+        (["--tls-ca-file", "{cert}", "--tls-cert", "{cert}"],
+         "sweep: `--tls-ca-file` must be left out without `--scheduler`"),
+        (["--scheduler", "tls://127.0.0.1:1", "--tls-ca-file", "{cert}", "--tls-cert", "{missing}"],
+         "sweep: `--tls-cert` must be a readable file; got "),
+    ],
+)  # fmt: skip
+def test_tls_options_are_checked_before_any_connection(base_file, tmp_path, options, message):
+    cert = tmp_path / "cert.pem"
+    cert.write_text("-----BEGIN CERTIFICATE-----\n")
+    filled = [o.format(cert=cert, missing=tmp_path / "missing.pem") for o in options]
+    out = tmp_path / "sweep"
+    result = CliRunner().invoke(
+        app, ["sweep", str(base_file), "--grid", "model.beta=1,2", "--out", str(out), *filled]
+    )
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {message}"), result.output
     assert not out.exists()

@@ -217,8 +217,15 @@ def reproduce(
     sizes: Annotated[str | None, typer.Option(hidden=True, help="Testing: token counts, e.g. 32,64.")] = None,
     seeds: Annotated[int | None, typer.Option(hidden=True, help="Testing: first k seeds only.")] = None,
     workers: Annotated[int | None, typer.Option(hidden=True, help="Processes (default <= 2).")] = None,
+    set_: Annotated[
+        list[str],
+        typer.Option(
+            "--set", help="Override of every simulated run, e.g. solver.interaction=expansion (repeatable)."
+        ),
+    ] = [],  # noqa: B006
 ) -> None:
     """Run the paper's experiments E0-E9, check every expectation, write the report."""
+    from attnflow.io.config import apply_overrides
     from attnflow.numerics.program_cache import enable_persistent_cache
     from attnflow.viz.report import failure_lines, summary_table
     from attnflow.workflows.reproduce import reproduce as run_reproduce
@@ -227,9 +234,11 @@ def reproduce(
     enable_persistent_cache()
     with user_errors():
         ids, token_counts = parse_only(only), parse_sizes(sizes)
+        apply_overrides({}, set_)  # malformed --set values, before any experiment is read
         check_out_folder(out)
         with progress_bar("reproducing") as progress:
             options = dict(quick=quick, only=ids, sizes=token_counts, n_seeds=seeds, workers=workers)
+            options.update(overrides=tuple(set_))
             outcome = run_reproduce(out, **options, progress=progress)
     stdout.print(summary_table(outcome))
     for line in failure_lines(outcome):
@@ -282,26 +291,50 @@ def sweep(
     scheduler: Annotated[
         str | None,
         typer.Option(
-            help="Existing Dask scheduler: tcp://host:port or a scheduler file. It runs code as you "
-            "and its results are unpickled: use only one you trust."
+            help="Existing Dask scheduler: tcp://host:port, tls://host:port or a scheduler file. A "
+            "scheduler is trusted with code execution: it runs code as you and its results are "
+            "unpickled here, so use only one you control. (Without it, a local cluster with private "
+            "TLS credentials.)"
         ),
+    ] = None,
+    tls_ca_file: Annotated[
+        Path | None, typer.Option(help="With --scheduler: the CA file of the cluster's TLS certificates.")
+    ] = None,
+    tls_cert: Annotated[
+        Path | None, typer.Option(help="With --scheduler: this client's TLS certificate.")
+    ] = None,
+    tls_key: Annotated[
+        Path | None, typer.Option(help="With --scheduler: the key of --tls-cert (if not in that file).")
     ] = None,
     workers: Annotated[int | None, typer.Option(help="Local worker processes (default: 1 per core).")] = None,
     yes: Annotated[bool, typer.Option("--yes", help="Run a grid of more than 1000 points.")] = False,
 ) -> None:
     """Run a resumable Cartesian sweep on Dask distributed (finished points are skipped)."""
     from attnflow.io.config import load_config
-    from attnflow.workflows.sweep import check_scheduler, parse_grid, plan_sweep, run_sweep
+    from attnflow.workflows.sweep import TlsFiles, check_scheduler, parse_grid, plan_sweep, run_sweep
     from attnflow.workflows.sweep_plan import MAX_POINTS
 
     with user_errors():
         check_out_folder(out)
+        tls = None
+        if tls_ca_file is not None or tls_cert is not None or tls_key is not None:
+            if tls_ca_file is None or tls_cert is None:
+                named = zip(
+                    ("--tls-ca-file", "--tls-cert", "--tls-key"),
+                    (tls_ca_file, tls_cert, tls_key),
+                    strict=True,
+                )
+                given = " and ".join(option for option, path in named if path is not None)
+                raise ValueError(
+                    f"sweep: `--tls-ca-file` and `--tls-cert` must be given together; got only {given}."
+                )
+            tls = TlsFiles(ca_file=tls_ca_file, cert=tls_cert, key=tls_key)
         if scheduler is not None:
             check_scheduler(scheduler)
         axes = [parse_grid(spec) for spec in grid]
         plan = plan_sweep(load_config(config, set_), axes, max_points=None if yes else MAX_POINTS)
         with progress_bar("sweep") as progress:
-            summary = run_sweep(plan, out, scheduler=scheduler, workers=workers, progress=progress)
+            summary = run_sweep(plan, out, scheduler=scheduler, workers=workers, progress=progress, tls=tls)
     for message, count in summary.warnings.items():
         say(f"warning ({count} points): {message}")
     for digest, error in summary.failures.items():

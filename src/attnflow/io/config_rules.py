@@ -12,10 +12,13 @@ from typing import Any
 
 from attnflow.io.config_errors import ConfigError
 
-__all__ = ["FIXED_STEP_METHODS", "RULES", "check_rules"]
+__all__ = ["FIXED_STEP_METHODS", "MAX_STEPS", "RULES", "check_rules"]
 
 FIXED_STEP_METHODS = ("euler", "rk4", "geodesic_rk4")
 MULTIPLE_RTOL = 1e-9  # relative tolerance for "save_every is a whole multiple of dt"
+# A fixed-step run of more steps than this would not finish (days of compute even for a tiny n):
+# refused before anything starts, naming `solver.dt`.
+MAX_STEPS = 10**8
 
 
 def _file_kinds_have_paths(config) -> None:
@@ -70,6 +73,22 @@ def _whole_multiple(total: float, step: float) -> bool:
 
 def _nearest_multiple(total: float, step: float) -> str:
     return f"{max(1, round(total / step)) * step:.12g}"
+
+
+def _step_count_is_bounded(config) -> None:
+    solver = config.solver
+    steps = solver.t_end / solver.dt
+    if solver.method in FIXED_STEP_METHODS and steps > MAX_STEPS:
+        per_snapshot = solver.save_every / solver.dt
+        raise ConfigError.from_parts(
+            "solver.dt",
+            f"at least `solver.t_end` / {MAX_STEPS:.0e} = {solver.t_end / MAX_STEPS:.3g} (at most "
+            f"{MAX_STEPS:.0e} fixed steps)",
+            solver.dt,
+            hint=f"That is {steps:.3g} steps, {per_snapshot:.3g} per snapshot (`solver.t_end` = "
+            f"{solver.t_end!r}, `solver.save_every` = {solver.save_every!r}); raise solver.dt or "
+            "lower solver.t_end.",
+        )
 
 
 def _time_grid_is_whole(config) -> None:
@@ -180,6 +199,7 @@ RULES: tuple[Callable[[Any], None], ...] = (
     _file_kinds_have_paths,
     _cap_center_has_d_entries,
     _equiangular_is_realisable,
+    _step_count_is_bounded,
     _time_grid_is_whole,
     _labels_fit_the_kernel,
     _softmax_has_nonnegative_factor,

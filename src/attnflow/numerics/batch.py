@@ -16,6 +16,9 @@ place before the child imports NumPy or starts XLA) and ``POOL_ENVIRON`` (CPU on
 and multiprocessing gives it this process's ``sys.path``, so a stray ``numpy.py`` or ``attnflow/``
 in the working directory is never imported by a worker). A worker dies with its parent
 (``die_with_parent``: Linux's parent-death signal), so a killed run leaves no worker behind.
+Workers never see Ctrl-C: they are spawned with SIGINT blocked (a signal mask survives the
+start of a process), so the SIGINT a terminal sends to its whole process group reaches only the
+parent, which stops the batch; no worker dies half-started printing a traceback.
 
 ``ATTNFLOW_CORES`` caps the cores a process uses (``available_cores``); the workers run with
 ``ATTNFLOW_CORES=1``, so that none starts workers of its own.
@@ -96,7 +99,22 @@ def _borrowed_environ(environ: dict[str, str]) -> Iterator[None]:
                     os.environ[key] = value
 
 
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """SIGINT blocked in this thread (a SIGINT that arrives meanwhile is delivered after, not
+    lost); processes started here inherit the mask and keep SIGINT blocked."""
+    if not hasattr(signal, "pthread_sigmask"):  # not POSIX
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_TERMINATE_WAIT_S = 5.0  # how long a worker may take to exit on SIGTERM before it is killed
 
 
 def die_with_parent(parent: int) -> None:
@@ -113,7 +131,9 @@ def die_with_parent(parent: int) -> None:
 def run_tasks(fn: Callable[..., Any], tasks: Sequence[tuple], *, workers: int) -> Iterator[tuple[int, Any]]:
     """``fn(*task)`` for every task, in ``workers`` single-threaded spawned processes (1: here, in
     order); yields ``(index, result)`` as each finishes. Tasks start in the order given; an
-    exception in a task is raised here when its result is reached (the pool is shut down)."""
+    exception in a task (or ``BrokenProcessPool`` for a worker that died) is raised here when its
+    result is reached. Whenever the tasks do not all finish (an exception, a dead worker, the
+    caller closing this generator), every other worker is terminated and waited for at once."""
     if workers <= 1 or len(tasks) <= 1:
         for index, task in enumerate(tasks):
             yield index, fn(*task)
@@ -125,13 +145,28 @@ def run_tasks(fn: Callable[..., Any], tasks: Sequence[tuple], *, workers: int) -
         initializer=die_with_parent,
         initargs=(os.getpid(),),
     )
-    with pool:
+    finished = False
+    try:
         # a spawn pool starts its processes as tasks are submitted: all of them start here
-        with _borrowed_environ({**single_thread_environ(), **POOL_ENVIRON}):
+        with _borrowed_environ({**single_thread_environ(), **POOL_ENVIRON}), _sigint_blocked():
             futures = {pool.submit(fn, *task): index for index, task in enumerate(tasks)}
-        try:
-            for future in as_completed(futures):
-                yield futures[future], future.result()
-        finally:
-            for future in futures:
-                future.cancel()
+        for future in as_completed(futures):
+            yield futures[future], future.result()
+        finished = True
+    finally:
+        if not finished:  # a task failed, a worker died, or the caller stopped early
+            _stop_workers(pool)
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Terminate every worker of ``pool`` and wait for each (none left running, none a zombie):
+    a pool shut down normally would let the running tasks finish first."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.join(timeout=_TERMINATE_WAIT_S)
+        if process.is_alive():  # SIGTERM ignored or blocked: SIGKILL cannot be
+            process.kill()
+            process.join()

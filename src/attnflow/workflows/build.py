@@ -225,10 +225,12 @@ def resolve_block_size(config: Config) -> int | None:
 
 
 # Copies of each array a run holds at once, counted by memory_estimate (upper bounds, not tuned):
-# the state and the integrator's stages; the logits, kernel and weights of a pair block; the dense
-# gauge matrices (built, copied to NumPy, written to the store); the snapshots (kept by solve,
-# read back for the metrics, and their gauge-frame view for the figures).
-_STATE_COPIES, _PAIR_COPIES, _GAUGE_COPIES, _SNAPSHOT_COPIES = 16, 4, 3, 3
+# the state and the integrator's stages; the logits, kernel and weights of a pair block; the
+# gauge the simulation uses (RoPE: its angles n x m; other gauges: their matrices n x d x d); the
+# dense matrices n x d x d made at the edges of every gauged run (handed to the store, and built
+# again for the metrics: workflows/run.py and analysis/summary.py call `gauge.matrices()`); the
+# snapshots (kept by solve, read back for the metrics, and their gauge-frame view for the figures).
+_STATE_COPIES, _PAIR_COPIES, _GAUGE_COPIES, _EDGE_GAUGE_COPIES, _SNAPSHOT_COPIES = 16, 4, 1, 2, 3
 
 
 def physical_memory() -> int:
@@ -242,8 +244,10 @@ def physical_memory() -> int:
 def memory_estimate(config: Config) -> dict[str, int]:
     """An upper estimate of the bytes a run of ``config`` holds at once, by the key that drives
     each term: ``model.n`` (states and pair blocks: ``n × n`` dense, ``n × block`` blocked),
-    ``model.d`` (dense gauge matrices ``n × d × d``), ``aux.n_prompts`` (prompt rotations),
-    ``factor.path`` (an ``n × n`` factor) and ``solver.save_every`` (the snapshots)."""
+    ``model.d`` (the gauge: RoPE's angles ``n × m`` or other gauges' matrices ``n × d × d``
+    for the simulation, and the dense matrices of the store and metrics), ``aux.n_prompts``
+    (prompt rotations), ``factor.path`` (an ``n × n`` factor) and ``solver.save_every`` (the
+    snapshots)."""
     model, solver = config.model, config.solver
     n, d = model.n, model.d
     size = 4 if solver.dtype == "float32" else 8
@@ -252,7 +256,7 @@ def memory_estimate(config: Config) -> dict[str, int]:
         "model.n": _STATE_COPIES * n * d * size + _PAIR_COPIES * n * (n if block is None else block) * size
     }
     if config.gauge.kind != "none":
-        terms["model.d"] = _GAUGE_COPIES * n * d * d * size
+        terms["model.d"] = _gauge_bytes(config, size)
     if config.gauge.kind == "prompt":
         terms["aux.n_prompts"] = 2 * config.aux.n_prompts * d * d * 8
     if config.factor.kind == "file":
@@ -261,6 +265,22 @@ def memory_estimate(config: Config) -> dict[str, int]:
         _SNAPSHOT_COPIES * snapshot_count(solver.t_end, solver.save_every) * n * d * size
     )
     return terms
+
+
+def _gauge_bytes(config: Config, size: int) -> int:
+    """Bytes of a gauged run's gauge: what the simulation holds (RoPE: ``n x m`` angles, ``m``
+    its frequencies; other gauges: ``n x d x d`` matrices) and the dense matrices of the edges."""
+    g, n, d = config.gauge, config.model.n, config.model.d
+    dense = n * d * d * size
+    if g.kind == "rope":
+        if isinstance(g.frequencies, str):
+            pairs = d // 2 if g.frequencies == "roformer" else 1
+        else:
+            pairs = len(g.frequencies)
+        held = n * pairs * size
+    else:
+        held = _GAUGE_COPIES * dense
+    return held + _EDGE_GAUGE_COPIES * dense
 
 
 def check_memory(config: Config, *, limit: int | None = None) -> None:

@@ -27,8 +27,10 @@ Resumable: a point whose folder holds a ``metrics.json`` with ``run.status`` is 
 skipped. Each point runs in a staging folder ``runs/<hash>.<id>.partial`` that is renamed to
 ``runs/<hash>`` when the point is finished (or has failed), so a killed sweep leaves only finished
 folders, failed folders and stray staging folders; the next run removes the last two and redoes
-those points. A failed point does not stop the sweep: its folder holds ``error.json`` (``status``
-"failed", ``error``, ``traceback``) and its row has status "failed" and the message. The tables
+those points. A staging folder left by a killed worker (whose point Dask runs again elsewhere) is
+removed by that next attempt and at the end of the sweep, once no live process writes it. A
+failed point does not stop the sweep: its folder holds ``error.json`` (``status`` "failed",
+``error``, ``traceback``) and its row has status "failed" and the message. The tables
 are rebuilt from the run folders at the end of every run, so a resumed sweep has no duplicates.
 A point is known by its config hash only: after a code change that alters results, use a new DIR.
 
@@ -43,6 +45,15 @@ compile the same programs again. ``scheduler="tcp://host:port"`` (or a scheduler
 existing cluster instead: start its workers with the same environment variables (see
 ``examples/sweeps/README.md``), on machines where ``DIR`` has the same path.
 
+Security: the local cluster speaks TLS with credentials made for it alone and held in memory
+(:func:`local_security`: distributed's ``Security.temporary()`` where the ``cryptography``
+package is installed, else the same self-signed certificate made by the ``openssl`` command), so
+another user of the machine cannot connect to it and run code as you; where neither exists, it
+listens on plain TCP on 127.0.0.1 with a warning. A scheduler given with ``scheduler=`` is
+**trusted with code execution**: it runs tasks as you and its results are unpickled here; reach
+it over TLS with :class:`TlsFiles` (CA, certificate and key files) and connect only to one you
+control.
+
 Python scripts that call :func:`run_sweep` without ``scheduler`` must guard the call with
 ``if __name__ == "__main__":``: Dask spawns its worker processes by re-importing the main module.
 """
@@ -54,6 +65,9 @@ import dataclasses
 import json
 import os
 import re
+import shutil
+import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -66,6 +80,7 @@ from attnflow.io.version import __version__
 from attnflow.numerics.batch import SINGLE_THREAD_ENVIRON, available_cores, single_thread_environ
 from attnflow.workflows.sweep_plan import GridAxis, SweepPlan, SweepPoint, parse_grid, plan_sweep
 from attnflow.workflows.sweep_points import (
+    clear_stale_staging,
     clear_unfinished,
     collect_results,
     error_record,
@@ -79,9 +94,11 @@ __all__ = [  # the planning names are re-exported: a sweep script needs this mod
     "SweepPlan",
     "SweepPoint",
     "SweepSummary",
+    "TlsFiles",
     "WORKER_ENVIRON",
     "compilation_cache_environ",
     "connect",
+    "local_security",
     "parse_grid",
     "plan_sweep",
     "run_sweep",
@@ -114,6 +131,83 @@ def compilation_cache_environ(cache_dir: str | os.PathLike) -> dict[str, str]:
 Progress = Callable[[int, int], None]
 
 
+# --- security --------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class TlsFiles:
+    """TLS credentials for an existing scheduler: the CA that signed the cluster's certificates,
+    this client's certificate, and its private key (None: in the certificate file)."""
+
+    ca_file: Path
+    cert: Path
+    key: Path | None = None
+
+    def __post_init__(self) -> None:
+        for option, path in (
+            ("--tls-ca-file", self.ca_file),
+            ("--tls-cert", self.cert),
+            ("--tls-key", self.key),
+        ):
+            if path is not None and not Path(path).is_file():
+                raise ValueError(f"sweep: `{option}` must be a readable file; got {str(path)!r}.")
+
+    def security(self) -> Any:
+        from distributed.security import Security
+
+        return Security(
+            require_encryption=True,
+            tls_ca_file=str(self.ca_file),
+            tls_client_cert=str(self.cert),
+            tls_client_key=None if self.key is None else str(self.key),
+        )
+
+
+_CREDENTIAL_NAME = "dask-internal"  # the name Security.temporary() gives its certificate
+
+
+def _openssl_credentials() -> tuple[str, str] | None:
+    """A self-signed certificate and its key (PEM text) made by the ``openssl`` command in a
+    private temporary folder that is removed at once; None without a working ``openssl``."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="attnflow-tls-") as folder:  # mode 0700
+        key, cert = Path(folder) / "key.pem", Path(folder) / "cert.pem"
+        command = [
+            openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "7",
+            "-keyout", str(key), "-out", str(cert), "-subj", f"/CN={_CREDENTIAL_NAME}",
+            "-addext", f"subjectAltName=DNS:{_CREDENTIAL_NAME}",
+        ]  # fmt: skip
+        try:
+            subprocess.run(command, capture_output=True, check=True, timeout=60, stdin=subprocess.DEVNULL)
+            return cert.read_text(), key.read_text()
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+
+def local_security() -> Any:
+    """Temporary TLS credentials for a local cluster (a ``distributed.Security`` that requires
+    encryption and a certificate of every party), held in memory only: ``Security.temporary()``
+    where ``cryptography`` is installed, else the same made by ``openssl``; None when neither is
+    available."""
+    from distributed.security import Security
+
+    try:
+        return Security.temporary()
+    except ImportError:  # Security.temporary needs the cryptography package
+        pass
+    made = _openssl_credentials()
+    if made is None:
+        return None
+    cert, key = made
+    roles = ("client", "scheduler", "worker")
+    credentials = {
+        f"tls_{role}_{part}": text for role in roles for part, text in (("cert", cert), ("key", key))
+    }
+    return Security(require_encryption=True, tls_ca_file=cert, **credentials)
+
+
 # --- Dask ------------------------------------------------------------------------------------------
 
 
@@ -130,23 +224,30 @@ def _restored_environ() -> Iterator[None]:
 
 @contextlib.contextmanager
 def connect(
-    scheduler: str | None = None, workers: int | None = None, *, environ: Mapping[str, str] | None = None
+    scheduler: str | None = None,
+    workers: int | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    tls: TlsFiles | None = None,
 ) -> Iterator[Any]:
-    """A ``distributed.Client``: to ``scheduler`` (an address or a scheduler file), or to a new
-    LocalCluster on 127.0.0.1 with ``workers`` single-threaded worker processes (default: one per
-    available core, ``attnflow.numerics.batch.available_cores``) whose environment is
-    :data:`WORKER_ENVIRON` plus ``environ``."""
+    """A ``distributed.Client``: to ``scheduler`` (an address or a scheduler file; over TLS with
+    ``tls``), or to a new LocalCluster on 127.0.0.1 with ``workers`` single-threaded worker
+    processes (default: one per available core, ``attnflow.numerics.batch.available_cores``)
+    whose environment is :data:`WORKER_ENVIRON` plus ``environ``, secured by
+    :func:`local_security`."""
     import logging
+    import warnings
 
     import dask
     from distributed import Client, LocalCluster
 
     if scheduler is not None:
+        security = None if tls is None else tls.security()
         try:
             if Path(scheduler).is_file():
-                client = Client(scheduler_file=scheduler, timeout=CONNECT_TIMEOUT)
+                client = Client(scheduler_file=scheduler, timeout=CONNECT_TIMEOUT, security=security)
             else:
-                client = Client(scheduler, timeout=CONNECT_TIMEOUT)
+                client = Client(scheduler, timeout=CONNECT_TIMEOUT, security=security)
         except (OSError, TimeoutError, ValueError) as error:
             raise ValueError(
                 f"--scheduler: `ADDRESS` must be a reachable Dask scheduler (tcp://host:port or a "
@@ -156,6 +257,13 @@ def connect(
             yield client
         return
     environ = {**WORKER_ENVIRON, **single_thread_environ(), **(environ or {})}
+    security = local_security()
+    if security is None:
+        warnings.warn(
+            "sweep: the local Dask cluster listens without TLS on 127.0.0.1 (install the "
+            "`cryptography` package or the `openssl` command for private credentials).",
+            stacklevel=3,
+        )
     with _restored_environ():
         for key in environ:  # the Nanny lets os.environ override the config; ours must win
             os.environ.pop(key, None)
@@ -165,6 +273,8 @@ def connect(
                 threads_per_worker=1,
                 processes=True,
                 host="127.0.0.1",
+                protocol="tcp://" if security is None else "tls://",
+                security=security,
                 dashboard_address=None,  # no dashboard; its HTTP server on a free loopback port:
                 scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
                 silence_logs=logging.ERROR,
@@ -244,17 +354,23 @@ def run_sweep(
     scheduler: str | None = None,
     workers: int | None = None,
     progress: Progress | None = None,
+    tls: TlsFiles | None = None,
 ) -> SweepSummary:
     """Run every unfinished point of ``plan`` on Dask and write the results tables in ``out_dir``.
 
     Finished points are skipped; failed and unfinished ones are (re)done. ``progress(done,
     total)`` is called as points complete (``total`` counts the points to run now). Nothing is
     written before the cluster is reached. Call under ``if __name__ == "__main__":`` when
-    ``scheduler`` is None (Dask spawns worker processes).
+    ``scheduler`` is None (Dask spawns worker processes). ``tls``: credentials for ``scheduler``.
     """
     start = time.perf_counter()
     out_dir = Path(out_dir).absolute()
     _check_execution(out_dir, scheduler, workers)
+    if tls is not None and scheduler is None:
+        raise ValueError(
+            "sweep: `--tls-ca-file` must be left out without `--scheduler` (the local cluster makes "
+            f"its own credentials); got {str(tls.ca_file)!r}."
+        )
     runs = out_dir / RUNS
     todo = [p for p in plan.points if not is_finished(runs / p.hash)]
     done = failed = 0
@@ -265,12 +381,14 @@ def run_sweep(
     with contextlib.ExitStack() as stack:
         if todo:  # reach the cluster before writing anything
             cache = compilation_cache_environ(out_dir / JAX_CACHE)
-            client = stack.enter_context(connect(scheduler, workers, environ=cache))
+            client = stack.enter_context(connect(scheduler, workers, environ=cache, tls=tls))
         runs.mkdir(parents=True, exist_ok=True)
         write_json(out_dir / SWEEP_JSON, _sweep_record(plan))
         clear_unfinished(runs, [p.hash for p in plan.points])
         if todo:
             done, failed = _execute(client, todo, runs, progress, failures, caught)
+            for point in todo:  # a killed worker's staging folder, its point finished elsewhere
+                clear_stale_staging(runs / point.hash)
     rows = collect_results(plan, runs)
     write_results(rows, out_dir)
     return SweepSummary(

@@ -3,6 +3,9 @@
 A point runs in a staging folder ``runs/<hash>.<id>.partial`` that is renamed to ``runs/<hash>``
 when the point is finished (or has failed), so a killed sweep leaves only finished folders,
 failed folders and stray staging folders (:func:`clear_unfinished` removes the last two). A
+staging folder whose writer died (a killed Dask worker, whose task Dask then retries elsewhere)
+is removed by the point's next attempt and at the end of the sweep (:func:`clear_stale_staging`);
+one whose writer still runs is never touched there (its run holds a lock on its marker). A
 point is finished when its folder holds a ``metrics.json`` with ``run.status``
 (:func:`is_finished`). A failed point's folder holds ``error.json`` (``status`` "failed",
 ``error``, ``traceback``). :func:`collect_results` reads one row per point from the folders,
@@ -13,9 +16,11 @@ with the shape class of the final state (:func:`classify_run`,
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
+import time
 import traceback
 import uuid
 import warnings
@@ -29,12 +34,13 @@ from attnflow.analysis.shapes import classify_shape, shape_features
 from attnflow.io.atomic import write_json
 from attnflow.io.config import config_from_dict
 from attnflow.io.store import open_dataset
-from attnflow.workflows.run import run
+from attnflow.workflows.run import MARKER, run
 from attnflow.workflows.sweep_plan import SweepPlan, SweepPoint
 
 __all__ = [
     "ERROR_JSON",
     "classify_run",
+    "clear_stale_staging",
     "clear_unfinished",
     "collect_results",
     "error_record",
@@ -45,6 +51,8 @@ __all__ = [
 
 ERROR_JSON = "error.json"
 STAGING_SUFFIX = ".partial"
+# a staging folder without a run's marker is being created or published (milliseconds) or stale
+UNMARKED_STALE_AFTER_S = 60.0
 
 
 def _read_json(path: Path) -> Any:
@@ -68,6 +76,38 @@ def is_finished(folder: str | os.PathLike) -> bool:
 
 def _staging(final: Path) -> Path:
     return final.with_name(f"{final.name}.{uuid.uuid4().hex[:8]}{STAGING_SUFFIX}")
+
+
+def _writer_gone(staging: Path) -> bool:
+    """Whether no live process writes ``staging``: its run's marker is not locked (the lock dies
+    with the process that holds it, SIGKILL included), or, without a marker, it is older than
+    ``UNMARKED_STALE_AFTER_S``."""
+    try:
+        fd = os.open(staging / MARKER, os.O_RDONLY)
+    except FileNotFoundError:
+        try:
+            return time.time() - staging.stat().st_mtime > UNMARKED_STALE_AFTER_S
+        except FileNotFoundError:
+            return False  # published or removed meanwhile
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)  # closing the descriptor releases a lock taken here
+    return True
+
+
+def clear_stale_staging(final: str | os.PathLike) -> list[Path]:
+    """Remove the staging folders of the point folder ``final`` whose writer is gone (see
+    :func:`_writer_gone`); returns them. A folder a live run writes is kept."""
+    final = Path(final)
+    stale = sorted(p for p in final.parent.glob(f"{final.name}.*{STAGING_SUFFIX}") if _writer_gone(p))
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+    return stale
 
 
 def _publish(staging: Path, final: Path, *, ok: bool) -> bool:
@@ -116,6 +156,7 @@ def run_point(config_data: Mapping[str, Any], folder: str) -> dict[str, Any]:
     existing = _finished_metrics(final)
     if existing is not None:  # finished meanwhile (another sweep on the same folder)
         return {**outcome, "status": existing["run"]["status"]}
+    clear_stale_staging(final)  # left by an attempt whose worker was killed
     staging = _staging(final)
     try:
         with warnings.catch_warnings(record=True) as caught:

@@ -1,0 +1,30 @@
+"""The ``attnflow`` command's entry point: Ctrl-C while the command starts ends it with one line
+and exit code 130, never a traceback.
+
+It lives outside the ``attnflow`` package on purpose: importing any module of the package first
+runs ``attnflow/__init__.py``, which imports JAX (seconds), and a handler installed after that
+would leave those seconds unguarded. Here the handler is in place before the first ``attnflow``
+import; once the command line is imported, SIGINT raises ``KeyboardInterrupt`` again and each
+command handles it (``attnflow run`` records ``interrupted`` and says how to resume).
+"""
+
+import os
+import signal
+import sys
+
+EXIT_INTERRUPTED = 130  # as a shell reports SIGINT; the same as attnflow.cli.EXIT_INTERRUPTED
+MESSAGE = b"interrupted while starting: nothing was done.\n"
+
+
+def _interrupted_while_starting(signum, frame) -> None:  # noqa: ARG001
+    os.write(2, MESSAGE)  # nothing else was written yet: no buffer to flush
+    os._exit(EXIT_INTERRUPTED)
+
+
+def main() -> None:
+    """The console script ``attnflow`` (and ``python -m attnflow``)."""
+    signal.signal(signal.SIGINT, _interrupted_while_starting)
+    from attnflow.cli import main as cli_main  # after the handler: the point of this module
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    sys.exit(cli_main())

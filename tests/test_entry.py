@@ -1,0 +1,36 @@
+"""The console entry point (attnflow_entry): Ctrl-C while the command starts (importing attnflow,
+JAX and the command line) ends it with one line on stderr and exit code 130, no traceback."""
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+CONSOLE_SCRIPT = "import sys; from attnflow_entry import main; sys.exit(main())"  # what pip's wrapper does
+LINE = "interrupted while starting: nothing was done."
+
+
+@pytest.mark.parametrize("after_s", [0.3, 1.0, 2.0])
+def test_ctrl_c_while_the_command_starts_prints_one_line_and_exits_130(tmp_path, after_s):
+    config = tmp_path / "config.toml"
+    config.write_text("[model]\nn = 8\nd = 3\n")
+    out = tmp_path / "run"
+    command = [sys.executable, "-c", CONSOLE_SCRIPT, "run", str(config), "--out", str(out)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(after_s)  # importing attnflow (JAX) takes longer than this
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    # the entry's line, or `run`'s own when the signal came after the command line was imported
+    assert stderr.splitlines() in ([LINE], ["interrupted before the run started: nothing was written."]), (
+        stderr
+    )
+    assert stdout == "" and not out.exists()
+
+
+def test_the_entry_runs_the_command_line(tmp_path):
+    done = subprocess.run([sys.executable, "-c", CONSOLE_SCRIPT, "--help"], capture_output=True, text=True,
+                          timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0 and "Exit codes: 0 done as asked" in done.stdout, done.stderr
