@@ -154,3 +154,22 @@ def test_animate_needs_a_run_folder(tmp_path):
 
     with pytest.raises(ConfigError, match=r"animate: `RUN_DIR` must be a run folder with trajectory.zarr"):
         animate(tmp_path)
+
+
+def test_animate_command_writes_the_viewer_and_refuses_bad_options_in_one_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from attnflow.cli import app
+    from attnflow.io.store import TrajectoryWriter
+
+    run = _stored(frames=4, n=8)
+    with TrajectoryWriter(
+        tmp_path / "trajectory.zarr", n_snapshots_max=4, n=8, d=3, xi=run.xi, gauge=run.gauge
+    ) as writer:
+        for t, x in zip(run.ts, run.xs, strict=True):
+            writer.append(t, x)
+    result = CliRunner().invoke(app, ["animate", str(tmp_path), "--viewer-only"])
+    assert result.exit_code == 0 and (tmp_path / "viewer.html").exists()
+    bad = CliRunner().invoke(app, ["animate", str(tmp_path), "--out", str(tmp_path / "m.avi")])
+    assert bad.exit_code == 2
+    assert bad.output.strip().count("\n") == 0 and "`--out` must end in one of" in bad.output

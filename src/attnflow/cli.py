@@ -210,6 +210,32 @@ def plot(run_dir: Annotated[Path, typer.Argument(help="A run folder.")]) -> None
 
 
 @app.command()
+def animate(
+    run_dir: Annotated[Path, typer.Argument(help="A run folder.")],
+    out: Annotated[
+        Path | None,
+        typer.Option(help="The animation: .gif, or .mp4 where ffmpeg exists (default RUN_DIR/movie.gif)."),
+    ] = None,
+    viewer_only: Annotated[bool, typer.Option("--viewer-only", help="Write only viewer.html.")] = False,
+    fps: Annotated[int, typer.Option(help="Frames per second of the animation.")] = 12,
+    max_tokens: Annotated[int, typer.Option(help="Tokens shown (an even subsample).")] = 1000,
+    max_frames: Annotated[
+        int, typer.Option(help="Snapshots shown (an even subsample, ends included).")
+    ] = 100,
+) -> None:
+    """Animate a run: viewer.html (rotatable 3-D view with a time slider, offline) and a GIF/MP4 of
+    the tokens moving, the content beside the gauge frame, coloured by the label."""
+    from attnflow.workflows.animate import animate as write_motion
+
+    with user_errors():
+        paths = write_motion(
+            run_dir, out=out, viewer_only=viewer_only, fps=fps, max_tokens=max_tokens, max_frames=max_frames
+        )
+    for path in paths:
+        stdout.print(str(path))
+
+
+@app.command()
 def reproduce(
     quick: Annotated[bool, typer.Option("--quick", help="Fewer sizes and seeds (what CI runs).")] = False,
     only: Annotated[str | None, typer.Option(help="Comma-separated experiment ids, e.g. E1,E3.")] = None,
@@ -258,6 +284,13 @@ def realize(
     out: Annotated[Path | None, typer.Option(help="Run folder (default runs/realize-<kind>-<name>).")] = None,
     seed: Annotated[int, typer.Option(min=0, max=SEED_MAX, help="Seed of the initial data.")] = 0,
     t_end: Annotated[float, typer.Option(callback=_positive, help="Final time τ (> 0).")] = 40.0,
+    mode: Annotated[
+        str,
+        typer.Option(
+            help="'a-priori' (gauges fixed before the run) or 'exact' (the gauge frame simulated "
+            "first, the gauges chosen from the consensus it reaches: realised to round-off)."
+        ),
+    ] = "a-priori",
 ) -> None:
     """Realise a target law: build the gauge, run the dynamics, write the run folder."""
     from attnflow.numerics.program_cache import enable_persistent_cache
@@ -268,7 +301,9 @@ def realize(
     with user_errors():
         out = check_out_folder(out if out is not None else Path("runs") / f"realize-{kind}-{target.stem}")
         with progress_bar("realising") as bar:
-            result = run_realisation(target, kind=kind, n=n, out=out, seed=seed, t_end=t_end, progress=bar)
+            result = run_realisation(
+                target, kind=kind, n=n, out=out, seed=seed, t_end=t_end, mode=mode, progress=bar
+            )
     rows = {k: result.get(k) for k in REALIZE_KEYS}
     rows.update(status=result["run"]["status"], wall_time_s=result["run"]["wall_time_s"], folder=str(out))
     print_summary(f"attnflow realize --kind {kind} {target.name}", rows)
