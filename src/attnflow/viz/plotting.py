@@ -12,13 +12,14 @@ Two layers:
   :func:`write_comparison_figure`, :func:`write_series_figure` and :func:`write_target_figure`
   (the reproduce and realise reports).
 
-Figures are built as :class:`matplotlib.figure.Figure` objects with an explicit Agg canvas: no
-pyplot, no global backend switch, nothing is displayed, and nothing stays registered after a
-``write_*`` function returns. Each figure is drawn once, by ``savefig``: margins are fixed in inches
-when the figure is laid out (no ``tight_layout`` pass, which draws the whole figure to measure
-it), titles sit at a fixed height, grids of states get smaller panels than a run's own figure,
-and scatters are rasterised. Array names follow the rest of attnflow: ``x (n, d)`` content
-positions, ``u (n, d)`` gauge frame, ``xs``/``us (T, n, d)`` snapshots, ``ts (T,)`` times.
+Figures are built as :class:`matplotlib.figure.Figure` objects with an explicit Agg canvas
+(matplotlib is imported when the first one is made, not with this module): no pyplot, no global
+backend switch, nothing is displayed, and nothing stays registered after a ``write_*`` function
+returns. Each figure is drawn once, by ``savefig``: margins are fixed in inches when the figure
+is laid out (no ``tight_layout`` pass, which draws the whole figure to measure it), titles sit at
+a fixed height, grids of states get smaller panels than a run's own figure, and scatters are
+rasterised. Array names follow the rest of attnflow: ``x (n, d)`` content positions, ``u (n, d)``
+gauge frame, ``xs``/``us (T, n, d)`` snapshots, ``ts (T,)`` times.
 """
 
 from __future__ import annotations
@@ -28,13 +29,14 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 from numpy.typing import ArrayLike
+
+if TYPE_CHECKING:  # matplotlib itself is imported when a figure is made: `import attnflow` stays light
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 __all__ = [
     "draw_projection",
@@ -300,6 +302,9 @@ def draw_series(
 def _new_figure(width: float, height: float, *, margins: tuple[float, ...] = _LINE_MARGINS) -> Figure:
     """A figure of ``width × height`` inches whose subplots leave ``margins`` (left, right, bottom,
     top; inches) free."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(width, height))
     FigureCanvasAgg(fig)
     left, right, bottom, top = margins
