@@ -13,7 +13,7 @@ value an expectation can name (:mod:`attnflow.workflows.reproduce_measure`,
   of different seed counts (E6 has more) reuse the same unbatched program
   (:mod:`attnflow.numerics.program_cache`; each run is bitwise the run of a CPU batch); on an
   accelerator the seeds are one batch (``vmap``).
-- Jobs run in up to two single-threaded worker processes (:func:`run_jobs`, through
+- Jobs run in up to two single-threaded worker processes (the quick run in this one; :func:`run_jobs`, through
   :mod:`attnflow.numerics.batch`): XLA runs one small simulation on one core, and threads in one
   process only contend. The jobs of one structure (:func:`structure_key`) go to the same process,
   in order, so that one compilation serves them all; the groups run longest first, and the
@@ -225,9 +225,13 @@ def _run_group(jobs: Sequence[Job], cache_folder: str | None) -> list[JobResult]
     return [run_job(job, lambda units: None) for job in jobs]
 
 
-def default_workers() -> int:
-    """Worker processes: one per available core, at most 2 (1 on an accelerator)."""
-    return 1 if jax.default_backend() != "cpu" else batch.worker_count(2, None, where="reproduce")
+def default_workers(*, quick: bool = False) -> int:
+    """Worker processes: one per available core, at most 2; 1 on an accelerator, and 1 for the quick
+    run, whose one-off costs (imports, compilations) exceed its simulations: a second process
+    would pay them again (benchmarks/RESULTS.md, "Throughput of reproduce")."""
+    if quick or jax.default_backend() != "cpu":
+        return 1
+    return batch.worker_count(2, None, where="reproduce")
 
 
 def run_jobs(jobs: Sequence[Job], tick: Tick, *, workers: int = 1) -> list[JobResult]:
@@ -281,7 +285,7 @@ def reproduce(
         if progress is not None:
             progress(done, total)
 
-    workers = default_workers() if workers is None else workers
+    workers = default_workers(quick=quick) if workers is None else workers
     if workers < 1:
         raise ValueError(f"reproduce: `--workers` must be a positive number of processes; got {workers!r}.")
     results = run_jobs(jobs, tick, workers=workers)
