@@ -13,11 +13,12 @@ value an expectation can name (:mod:`attnflow.workflows.reproduce_measure`,
   of different seed counts (E6 has more) reuse the same unbatched program
   (:mod:`attnflow.numerics.program_cache`; each run is bitwise the run of a CPU batch); on an
   accelerator the seeds are one batch (``vmap``).
-- Jobs run in up to two single-threaded worker processes (the quick run in this one; :func:`run_jobs`, through
-  :mod:`attnflow.numerics.batch`): XLA runs one small simulation on one core, and threads in one
-  process only contend. The jobs of one structure (:func:`structure_key`) go to the same process,
-  in order, so that one compilation serves them all; the groups run longest first, and the
-  processes share the persistent compilation cache of this one when it has one.
+- Jobs run in up to two single-threaded worker processes (:func:`run_jobs`, through
+  :mod:`attnflow.numerics.batch`; the quick run's in this process, :func:`default_workers`): XLA
+  runs one small simulation on one core, and threads in one process only contend. The jobs of one
+  structure (:func:`structure_key`) go to the same process, in order, so that one compilation
+  serves them all; the groups run longest first, and the processes share the persistent
+  compilation cache of this one when it has one.
 - Realisation experiments (``kind = "realize_orbit" | "realize_sphere"``) call
   :mod:`attnflow.workflows.realize` once per seed.
 - The analytic factors are evaluated once as a matrix for the dense interaction
