@@ -76,3 +76,18 @@ def test_measurement_in_numpy_and_fixed_chunks_matches_the_per_state_values():
     np.testing.assert_allclose(us, np.asarray(apply(jnp.asarray(xs))), atol=1e-14)  # round-off
     cosines = np.array([[float(metrics.mean_cosine(x)) for x in row] for row in us])
     np.testing.assert_allclose(reproduce_measure._mean_cosines(us), cosines, atol=1e-14)  # round-off
+
+
+def test_on_an_accelerator_the_seeds_are_one_batch(monkeypatch):
+    # The accelerator branch, run on the CPU: solve then vmaps the batch (the same arithmetic per
+    # run, in other fused operations: 1e-9 = the adaptive steps' tolerance, not round-off).
+    config = config_from_dict(ROPE)
+    sim, x0 = _seeds(config, (0, 1))
+    one_by_one = reproduce._solve_seeds(sim, x0, lambda units: None)
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    ticks = []
+    batched = reproduce._solve_seeds(sim, x0, ticks.append)
+    assert batched["xs"].shape == one_by_one["xs"].shape == (5, 2, 8, 3)
+    np.testing.assert_allclose(batched["xs"], one_by_one["xs"], atol=1e-9)
+    assert sum(ticks) == 2 * 5  # B units per batched snapshot
+    assert batched["status"] == "ok"
