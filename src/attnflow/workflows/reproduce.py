@@ -87,10 +87,9 @@ def _solve_seeds(sim: Simulation, x0: jax.Array, tick: Tick) -> dict:
     options = dict(integrator=sim.integrator, dt=sim.dt, t_end=sim.t_end, save_every=sim.save_every,
                    noise=sim.noise, workers=1)  # fmt: skip
     if jax.default_backend() != "cpu":
-        keys = [sim.key]
         runs = [solve(sim.field, x0, key=sim.key, on_snapshot=lambda k, t, x: tick(len(x)), **options)]
     else:  # run b draws its noise from split(key, B)[b], as in a batch
-        keys = list(jax.random.split(sim.key, x0.shape[0]))
+        keys = jax.random.split(sim.key, x0.shape[0])
         runs = [solve(sim.field, x0[b], key=keys[b], on_snapshot=lambda k, t, x: tick(1), **options)
                 for b in range(x0.shape[0])]  # fmt: skip
     length = max(len(run.ts) for run in runs)
