@@ -61,6 +61,13 @@ def _energies(kernel, xs: np.ndarray, block_size=None) -> np.ndarray:
     return np.concatenate([np.asarray(chunk) for chunk in chunks])[:count].reshape(xs.shape[:2])
 
 
+@jax.jit
+def _gauge_matrices(gauge):
+    """``Q(ξ_i) (n, d, d)``: one compiled program (called eagerly, a gauge's ``matrices`` compiles
+    each of its operations on its own)."""
+    return gauge.matrices()
+
+
 def _gauge_frames(q: np.ndarray, xs: np.ndarray) -> np.ndarray:
     """``u_i = Q_i x_i`` of every snapshot and seed, ``xs (T, B, n, d)``, ``q (n, d, d)``."""
     return np.einsum("nij,tbnj->tbni", q, xs)
@@ -139,7 +146,7 @@ def measure(
     """Per-seed values at the report times and at the end, from snapshots ``xs (T, B, n, d)``;
     ``e_max`` is the theory's maximal energy (:func:`attnflow.analysis.theory.energy_max`) or None."""
     gauged = not sim.kernel.gauge.is_identity
-    q = np.asarray(sim.kernel.gauge.matrices()) if gauged else None
+    q = np.asarray(_gauge_matrices(sim.kernel.gauge)) if gauged else None
     us = _gauge_frames(q, xs) if gauged else xs
     energies = _energies(sim.kernel, xs, block_size=sim.block_size)
     mean_cos = _mean_cosines(xs)
