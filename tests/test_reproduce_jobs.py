@@ -91,3 +91,16 @@ def test_on_an_accelerator_the_seeds_are_one_batch(monkeypatch):
     np.testing.assert_allclose(batched["xs"], one_by_one["xs"], atol=1e-9)
     assert sum(ticks) == 2 * 5  # B units per batched snapshot
     assert batched["status"] == "ok"
+
+
+def test_jobs_in_worker_processes_come_back_in_order_with_the_same_values():
+    jobs = plan(load_experiments(["E0", "E1"]), sizes=[8], n_seeds=1)  # E1's two variants: one group
+    here = reproduce.run_jobs(jobs, lambda units: None, workers=1)
+    ticks = []
+    there = reproduce.run_jobs(jobs, ticks.append, workers=2)
+    assert [r.label for r in there] == [job.label for job in jobs]
+    assert sum(ticks) == sum(job.units() for job in jobs)
+    for a, b in zip(here, there, strict=True):
+        assert b.status == "ok"
+        # the same programs on one thread or several: equal to round-off of the energy's sums
+        np.testing.assert_allclose(b.values[0]["final"]["energy"], a.values[0]["final"]["energy"], rtol=1e-12)
