@@ -1,5 +1,14 @@
-"""The reproduction's cost, old settings against new, in one run (fresh processes, interleaved).
+"""The reproduction's cost, old against new, in one run (fresh processes, interleaved).
 
+0. ``--cli``: the command a user runs, ``attnflow reproduce [--quick]``, of an old checkout
+   (``--old-tree``, e.g. ``git archive ecb71e2 | tar -x -C /tmp/old``: main before adaptive steps)
+   against this tree, alternated, each in a fresh process with an empty compilation cache
+   (``ATTNFLOW_CACHE_DIR``): wall time, CPU time of the process and all its children, the rows of
+   ``results.json`` that FAIL, and the load. ``--workers`` is passed on when given.
+0'. ``--startup``: start-up of ``attnflow run`` (the time from starting the process to the first
+   snapshot after t = 0, and to the end) of one shape, in a fresh process with an empty
+   compilation cache and then in another with the cache the first one left (the persistent cache),
+   alternated; also the time to import the command line alone.
 1. ``reproduce`` (``--quick``: the CI variant; without it: the full one) with the old settings
    (every simulation fixed-step RK4 at its file's ``dt``: the override ``solver.method=rk4``) and
    with the files' settings (adaptive Dormand–Prince where the files say so), each in a fresh
@@ -8,6 +17,8 @@
 2. A second ``solve`` of the same shape in one process: compile time over the first's.
 
     python benchmarks/throughput.py --quick [--only E0,E5] [--repeats 1] [--workers 1]
+    python benchmarks/throughput.py --cli --old-tree /tmp/old --quick [--repeats 2] [--workers 1]
+    python benchmarks/throughput.py --startup [--repeats 3]
 
 Prints one JSON object (ratios old / new); the numbers go to RESULTS.md.
 """
@@ -75,6 +86,142 @@ def measure(code: str, *args: str, tree: Path = HERE) -> dict:
     }
 
 
+CLI = "from attnflow.cli import app; app()"
+
+STARTUP = """
+import json, sys, time
+import attnflow.cli as cli  # the command line's imports
+import attnflow.workflows.run as run_module
+
+imported = time.time()
+first = []
+simulate = run_module.run
+
+
+def timed(config, out, *, progress=None, **options):
+    def note(done, total):
+        if done >= 2 and not first:  # the first snapshot after t = 0: the first steps are taken
+            first.append(time.time())
+        if progress is not None:
+            progress(done, total)
+
+    return simulate(config, out, progress=note, **options)
+
+
+run_module.run = timed
+try:
+    cli.app(["run", sys.argv[1], "--out", sys.argv[2]], standalone_mode=False)
+finally:
+    print(json.dumps({"imported": imported, "first_snapshot": first[0], "end": time.time()}))
+"""
+
+STARTUP_CONFIG = """
+[model]
+n = 64
+d = 3
+[aux]
+kind = "positions"
+[gauge]
+kind = "rope"
+[solver]
+method = "adaptive"
+t_end = 1.0
+save_every = 0.1
+"""
+
+
+def _child_cpu(before) -> float:
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def cli_reproduce(tree: Path, out: Path, cache: Path, args: list[str]) -> dict:
+    """``attnflow reproduce`` of ``tree`` in a fresh process with the empty cache folder ``cache``."""
+    env = {**os.environ, "PYTHONPATH": str(tree / "src"), "ATTNFLOW_CACHE_DIR": str(cache)}
+    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", CLI, "reproduce", "--out", str(out), *args], env=env,
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    wall, cpu = time.perf_counter() - start, _child_cpu(before)
+    try:
+        counts = json.loads((out / "results.json").read_text())["counts"]
+    except (OSError, ValueError, KeyError):
+        counts = None
+    return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "exit": done.returncode, "counts": counts,
+            "load": [round(v, 2) for v in os.getloadavg()]}  # fmt: skip
+
+
+def cli_comparison(args) -> dict:
+    if args.old_tree is None:
+        raise SystemExit("throughput.py --cli: `--old-tree` must name a checkout of the old code; got None.")
+    extra = (["--quick"] if args.quick else []) + (["--only", args.only] if args.only else [])
+    extra += ["--workers", str(args.workers)] if args.workers is not None else []
+    trees = {"old": args.old_tree, "new": HERE}
+    runs: dict[str, list[dict]] = {name: [] for name in trees}
+    load = os.getloadavg()
+    with tempfile.TemporaryDirectory() as tmp:
+        for repeat in range(args.repeats):
+            for name, tree in trees.items():  # alternated: old, new, old, new, ...
+                folder = Path(tmp) / f"{name}-{repeat}"
+                runs[name].append(cli_reproduce(tree, folder / "out", folder / "cache", extra))
+                print(name, runs[name][-1], file=sys.stderr)
+    best = {name: min(r["cpu_s"] for r in rs) for name, rs in runs.items()}
+    ratios = [o["cpu_s"] / n["cpu_s"] for o, n in zip(runs["old"], runs["new"], strict=True)]
+    return {
+        "command": "attnflow reproduce " + " ".join(extra),
+        "old_tree": str(args.old_tree),
+        "load_before": [round(v, 2) for v in load],
+        "load_after": [round(v, 2) for v in os.getloadavg()],
+        "runs": runs,
+        "cpu_ratio_old_over_new_best": round(best["old"] / best["new"], 2),
+        "cpu_ratio_old_over_new_pairs": [round(r, 2) for r in ratios],
+        "wall_ratio_old_over_new_pairs": [
+            round(o["wall_s"] / n["wall_s"], 2) for o, n in zip(runs["old"], runs["new"], strict=True)
+        ],
+    }
+
+
+def startup(args) -> dict:
+    """Cold (empty cache) and warm (the cache a cold process left) ``attnflow run``, alternated."""
+    rows: dict[str, list[dict]] = {"cold": [], "warm": [], "import": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp) / "startup.toml"
+        config.write_text(STARTUP_CONFIG)
+        for repeat in range(args.repeats):
+            cache = Path(tmp) / f"cache-{repeat}"
+            for name in ("cold", "warm"):
+                env = {**os.environ, "PYTHONPATH": str(HERE / "src"), "ATTNFLOW_CACHE_DIR": str(cache)}
+                out = Path(tmp) / f"run-{repeat}-{name}"
+                before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.time()
+                done = subprocess.run([sys.executable, "-c", STARTUP, str(config), str(out)], env=env,
+                                      capture_output=True, text=True, check=False)  # fmt: skip
+                cpu = _child_cpu(before)
+                if done.returncode != 0:
+                    raise RuntimeError(f"startup process failed:\n{done.stderr[-3000:]}")
+                stamps = json.loads(done.stdout.strip().splitlines()[-1])
+                rows[name].append({
+                    "import_s": round(stamps["imported"] - start, 3),
+                    "first_snapshot_s": round(stamps["first_snapshot"] - start, 3),
+                    "total_s": round(stamps["end"] - start, 3),
+                    "cpu_s": round(cpu, 2),
+                })  # fmt: skip
+                print(name, rows[name][-1], file=sys.stderr)
+            env = {**os.environ, "PYTHONPATH": str(HERE / "src")}
+            start = time.time()
+            subprocess.run([sys.executable, "-c", "import attnflow.cli"], env=env, check=True)
+            rows["import"].append({"python_and_import_cli_s": round(time.time() - start, 3)})
+    best = {name: min(r["first_snapshot_s"] for r in rows[name]) for name in ("cold", "warm")}
+    return {
+        "shape": "n = 64, d = 3, RoPE, adaptive DP5, t_end = 1, save_every = 0.1",
+        "load": [round(v, 2) for v in os.getloadavg()],
+        "runs": rows,
+        "startup_ratio_cold_over_warm_best": round(best["cold"] / best["warm"], 2),
+        "startup_ratio_cold_over_warm_pairs": [
+            round(c["first_snapshot_s"] / w["first_snapshot_s"], 2)
+            for c, w in zip(rows["cold"], rows["warm"], strict=True)
+        ],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="reproduce --quick (the CI variant)")
@@ -90,7 +237,12 @@ def main() -> None:
         help="a checkout of the old code (git worktree add /tmp/old main): also timed, as it is",
     )
     parser.add_argument("--new", default="", help="overrides of the new setting (default: the files')")
+    parser.add_argument("--cli", action="store_true", help="reproduce of --old-tree vs this tree")
+    parser.add_argument("--startup", action="store_true", help="attnflow run start-up, empty and warm cache")
     args = parser.parse_args()
+    if args.cli or args.startup:
+        print(json.dumps(cli_comparison(args) if args.cli else startup(args), indent=1))
+        return
     SETTINGS["new (files)"] = [o for o in args.new.split(",") if o]
     only = args.only.split(",") if args.only else None
     load = os.getloadavg()

@@ -12,10 +12,14 @@ Two layers:
   :func:`write_comparison_figure`, :func:`write_series_figure` and :func:`write_target_figure`
   (the reproduce and realise reports).
 
-Figures are built as :class:`matplotlib.figure.Figure` objects with an explicit Agg canvas: no
-pyplot, no global backend switch, nothing is displayed, and nothing stays registered after a
-``write_*`` function returns. Array names follow the rest of attnflow: ``x (n, d)`` content
-positions, ``u (n, d)`` gauge frame, ``xs``/``us (T, n, d)`` snapshots, ``ts (T,)`` times.
+Figures are built as :class:`matplotlib.figure.Figure` objects with an explicit Agg canvas
+(matplotlib is imported when the first one is made, not with this module): no pyplot, no global
+backend switch, nothing is displayed, and nothing stays registered after a ``write_*`` function
+returns. Each figure is drawn once, by ``savefig``: margins are fixed in inches when the figure
+is laid out (no ``tight_layout`` pass, which draws the whole figure to measure it), titles sit at
+a fixed height, grids of states get smaller panels than a run's own figure, and scatters are
+rasterised. Array names follow the rest of attnflow: ``x (n, d)`` content positions, ``u (n, d)``
+gauge frame, ``xs``/``us (T, n, d)`` snapshots, ``ts (T,)`` times.
 """
 
 from __future__ import annotations
@@ -25,13 +29,14 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 from numpy.typing import ArrayLike
+
+if TYPE_CHECKING:  # matplotlib itself is imported when a figure is made: `import attnflow` stays light
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 __all__ = [
     "draw_projection",
@@ -47,8 +52,13 @@ __all__ = [
 DPI = 110
 """Resolution of every PNG written here."""
 
-_PANEL_INCHES = 3.6
+_PANEL_INCHES = 3.6  # a run's own states figure
+_GRID_PANEL_INCHES = 2.4  # each panel of a grid of states (the reproduce report's comparisons)
+_TITLE_INCHES = 0.45  # room for a two-line panel title at fontsize 10
 _MARKER_SIZE = 10.0
+# Margins of a figure with line plots, in inches (left, right, bottom, top): room for tick labels,
+# axis labels and a one-line title, without a layout pass.
+_LINE_MARGINS = (0.8, 0.2, 0.55, 0.35)
 _TARGET_KINDS = ("sphere", "orbit")
 
 # The figures written by :func:`write_run_figures`, and the series keys each one reads.
@@ -136,7 +146,7 @@ def draw_sphere(
     pts = _points(x, where, d=3)
     values = _colour(color, pts.shape[0], where)
 
-    theta, phi = np.meshgrid(np.linspace(0.0, np.pi, 13), np.linspace(0.0, 2.0 * np.pi, 25))
+    theta, phi = np.meshgrid(np.linspace(0.0, np.pi, 7), np.linspace(0.0, 2.0 * np.pi, 13))
     ax.plot_wireframe(
         np.sin(theta) * np.cos(phi),
         np.sin(theta) * np.sin(phi),
@@ -144,11 +154,13 @@ def draw_sphere(
         color="0.6",
         linewidth=0.3,
         alpha=0.35,
+        rasterized=True,
     )
+    style = {"s": _MARKER_SIZE, "depthshade": False, "rasterized": True}
     if values is None:
-        ax.scatter(pts[:, 0], pts[:, 1], pts[:, 2], s=_MARKER_SIZE, color="C0", depthshade=False)
+        ax.scatter(pts[:, 0], pts[:, 1], pts[:, 2], color="C0", **style)
     else:
-        ax.scatter(pts[:, 0], pts[:, 1], pts[:, 2], s=_MARKER_SIZE, c=values, cmap=cmap, depthshade=False)
+        ax.scatter(pts[:, 0], pts[:, 1], pts[:, 2], c=values, cmap=cmap, **style)
     lim = (-axis_limits, axis_limits)
     ax.set_xlim(*lim)
     ax.set_ylim(*lim)
@@ -156,7 +168,8 @@ def draw_sphere(
     ax.set_box_aspect((1, 1, 1), zoom=1.3)  # hidden axes leave room: let the sphere fill the panel
     ax.set_axis_off()
     if title is not None:
-        ax.set_title(title, fontsize=10)
+        # a fixed position (y = 1): no automatic placement, which measures every tick of the Axes
+        ax.set_title(title, fontsize=10, y=1.0)
     return ax
 
 
@@ -212,9 +225,9 @@ def draw_projection(
     circle = np.linspace(0.0, 2.0 * np.pi, 200)
     ax.plot(np.cos(circle), np.sin(circle), color="0.6", linewidth=0.5, alpha=0.6)
     if values is None:
-        ax.scatter(coords[:, 0], coords[:, 1], s=_MARKER_SIZE, color="C0")
+        ax.scatter(coords[:, 0], coords[:, 1], s=_MARKER_SIZE, color="C0", rasterized=True)
     else:
-        ax.scatter(coords[:, 0], coords[:, 1], s=_MARKER_SIZE, c=values, cmap=cmap)
+        ax.scatter(coords[:, 0], coords[:, 1], s=_MARKER_SIZE, c=values, cmap=cmap, rasterized=True)
     ax.set_xlim(-1.05, 1.05)
     ax.set_ylim(-1.05, 1.05)
     ax.set_aspect("equal")
@@ -227,7 +240,8 @@ def draw_projection(
         ax.set_xlabel(f"PC 1 (d = {d})", fontsize=8)
         ax.set_ylabel("PC 2", fontsize=8)
     if title is not None:
-        ax.set_title(title, fontsize=10)
+        # a fixed position (y = 1): no automatic placement, which measures every tick of the Axes
+        ax.set_title(title, fontsize=10, y=1.0)
     return ax
 
 
@@ -285,17 +299,33 @@ def draw_series(
 # --------------------------------------------------------------------------- write_*
 
 
-def _new_figure(width: float, height: float) -> Figure:
+def _new_figure(width: float, height: float, *, margins: tuple[float, ...] = _LINE_MARGINS) -> Figure:
+    """A figure of ``width × height`` inches whose subplots leave ``margins`` (left, right, bottom,
+    top; inches) free."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(width, height))
     FigureCanvasAgg(fig)
+    left, right, bottom, top = margins
+    fig.subplots_adjust(
+        left=left / width, right=1 - right / width, bottom=bottom / height, top=1 - top / height
+    )
+    return fig
+
+
+def _state_grid(nrows: int, ncols: int, panel: float) -> Figure:
+    """A figure for ``nrows × ncols`` state panels of ``panel`` inches, each under a two-line title."""
+    width, height = ncols * panel, nrows * (panel + _TITLE_INCHES)
+    fig = _new_figure(width, height, margins=(0.0, 0.0, 0.0, _TITLE_INCHES))
+    fig.subplots_adjust(wspace=0.02, hspace=_TITLE_INCHES / panel)
     return fig
 
 
 def _save(fig: Figure, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
+    # registered nowhere, the figure is freed with its last reference (clearing it costs a redraw)
     fig.savefig(path, dpi=DPI, format="png")
-    fig.clear()  # release the artists now; the figure is not registered anywhere else
     return path
 
 
@@ -353,7 +383,7 @@ def write_run_figures(
     t0, t1 = times[0], times[-1]
 
     rows = [("content", content)] + ([] if gauge is None else [("gauge frame", gauge)])
-    fig = _new_figure(2 * _PANEL_INCHES, len(rows) * _PANEL_INCHES)
+    fig = _state_grid(len(rows), 2, _PANEL_INCHES)
     for r, (frame, states) in enumerate(rows):
         for c, (k, t) in enumerate(((0, t0), (-1, t1))):
             title = f"{frame}, t = {t:g}"
@@ -363,13 +393,13 @@ def write_run_figures(
     if _has_data(series, "energy"):
         fig = _new_figure(5.5, 3.6)
         ax = draw_series(fig.add_subplot(1, 1, 1), times, series["energy"], ylabel="energy E")
-        ax.set_title("energy", fontsize=10)
+        ax.set_title("energy", fontsize=10, y=1.0)
         written.append(_save(fig, out / "energy.png"))
 
     cosines = [key for key in _COSINE_KEYS if _has_data(series, key)]
     has_n_eff = _has_data(series, _N_EFF_KEY)
     if cosines or has_n_eff:
-        fig = _new_figure(5.5, 3.6)
+        fig = _new_figure(5.5, 3.6, margins=(0.8, 0.8, 0.55, 0.35))  # room for the n_eff axis
         ax = fig.add_subplot(1, 1, 1)
         for key in cosines:
             draw_series(ax, times, series[key], label=key, ylabel="mean cosine")
@@ -395,7 +425,7 @@ def write_run_figures(
             h, lab = a.get_legend_handles_labels()
             handles, labels = handles + h, labels + lab
         ax.legend(handles, labels, fontsize=8, loc="best")
-        ax.set_title("collapse", fontsize=10)
+        ax.set_title("collapse", fontsize=10, y=1.0)
         written.append(_save(fig, out / "collapse.png"))
     return written
 
@@ -424,7 +454,7 @@ def write_comparison_figure(
         raise ValueError(f"{where}: `ncols` must be None or a positive int; got {ncols!r}.")
     cols = min(cols, len(panels))
     nrows = math.ceil(len(panels) / cols)
-    fig = _new_figure(cols * _PANEL_INCHES, nrows * _PANEL_INCHES)
+    fig = _state_grid(nrows, cols, _GRID_PANEL_INCHES)
     for i, panel in enumerate(panels):
         draw_state(fig, (nrows, cols, i + 1), panel["x"], color=panel.get("color"), title=panel.get("title"))
     return _save(fig, Path(path))
@@ -457,7 +487,7 @@ def write_series_figure(
     if any(curve[0] for curve in curves):
         ax.legend(fontsize=8, loc="best")
     if title is not None:
-        ax.set_title(title, fontsize=10)
+        ax.set_title(title, fontsize=10, y=1.0)
     return _save(fig, Path(path))
 
 
@@ -494,7 +524,7 @@ def write_target_figure(
             )
         same_n = tgt.shape[0] == got.shape[0]
         index = np.arange(tgt.shape[0], dtype=float) if same_n else None
-        fig = _new_figure(2 * _PANEL_INCHES, _PANEL_INCHES)
+        fig = _state_grid(1, 2, _PANEL_INCHES)
         draw_state(fig, (1, 2, 1), tgt, color=index, title=f"target (n = {tgt.shape[0]})")
         draw_state(fig, (1, 2, 2), got, color=index, title=f"realised (n = {got.shape[0]})")
         return _save(fig, Path(path))
@@ -518,5 +548,5 @@ def write_target_figure(
     ax.set_xlabel("angle")
     ax.set_ylabel("density")
     ax.legend(fontsize=8, loc="best")
-    ax.set_title("orbit: target vs realised angles", fontsize=10)
+    ax.set_title("orbit: target vs realised angles", fontsize=10, y=1.0)
     return _save(fig, Path(path))

@@ -7,12 +7,18 @@ value an expectation can name (:mod:`attnflow.workflows.reproduce_measure`,
 :func:`attnflow.workflows.experiments.evaluate` and hands the outcome to :mod:`attnflow.viz.report`
 (``results.json``, ``report.md``, ``report.html``, figures).
 
-- Seeds are batched: a job builds its :class:`~attnflow.workflows.build.Simulation` once (labels, gauges and
-  factors do not depend on the seed), stacks the seeds' initial data ``x0 (B, n, d)`` and calls
-  :func:`~attnflow.numerics.solve.solve` once with the batch — one compilation per job, none per seed.
-- Jobs run in up to two single-threaded worker processes, longest first (:func:`run_jobs`, through
-  :mod:`attnflow.numerics.batch`): XLA runs one small simulation on one core, and threads in one
-  process only contend. Those processes run their batches themselves (``ATTNFLOW_CORES=1``).
+- One compiled program per structure of the problem, shared by every job of that structure: a job
+  builds its :class:`~attnflow.workflows.build.Simulation` once (labels, gauges and factors do not
+  depend on the seed) and solves its seeds one by one on a CPU (:func:`_solve_seeds`), so that jobs
+  of different seed counts (E6 has more) reuse the same unbatched program
+  (:mod:`attnflow.numerics.program_cache`; each run is bitwise the run of a CPU batch); on an
+  accelerator the seeds are one batch (``vmap``).
+- Jobs run in up to two single-threaded worker processes (:func:`run_jobs`, through
+  :mod:`attnflow.numerics.batch`; the quick run's in this process, :func:`default_workers`): XLA
+  runs one small simulation on one core, and threads in one process only contend. The jobs of one
+  structure (:func:`structure_key`) go to the same process, in order, so that one compilation
+  serves them all; the groups run longest first, and the processes share the persistent
+  compilation cache of this one when it has one.
 - Realisation experiments (``kind = "realize_orbit" | "realize_sphere"``) call
   :mod:`attnflow.workflows.realize` once per seed.
 - The analytic factors are evaluated once as a matrix for the dense interaction
@@ -35,7 +41,7 @@ from attnflow.analysis.laws import VonMisesMixture, quadrature_cdf, spherical_mi
 from attnflow.analysis.theory import energy_max
 from attnflow.io.config import Config
 from attnflow.io.outcomes import FigureData, JobResult, Outcome
-from attnflow.numerics import batch
+from attnflow.numerics import batch, program_cache
 from attnflow.numerics.dynamics import make_vector_field
 from attnflow.numerics.solve import solve
 from attnflow.workflows import realize
@@ -48,7 +54,7 @@ from attnflow.workflows.reproduce_measure import (
     orbit_frame,
     trajectory_states,
 )
-from attnflow.workflows.reproduce_plan import Job, plan
+from attnflow.workflows.reproduce_plan import Job, plan, structure_key
 
 Tick = Callable[[int], None]
 
@@ -72,11 +78,42 @@ def _with_factor_matrix(sim: Simulation, config: Config) -> Simulation:
     return dataclasses.replace(sim, kernel=kernel, field=field)
 
 
-def _step_totals(trajectory) -> dict[str, int]:
-    """The job's step statistics summed over its seeds (accepted, rejected, field evaluations)."""
-    names = ("steps_accepted", "steps_rejected", "evaluations")
-    values = (trajectory.accepted, trajectory.rejected, trajectory.evaluations)
-    return {name: int(np.sum(v)) for name, v in zip(names, values, strict=True) if v is not None}
+def _solve_seeds(sim: Simulation, x0: jax.Array, tick: Tick) -> dict:
+    """The seeds ``x0 (B, n, d)`` of a job solved with ``sim``: one run at a time on a CPU (the
+    unbatched program, shared with every job of the same structure whatever its seed count), one
+    batch on an accelerator. Returns ``ts``, ``xs (T, B, n, d)`` (a run that stopped early is NaN
+    after its last snapshot), the first status that is not ok, the step statistics summed over the
+    seeds and the compile time."""
+    options = dict(integrator=sim.integrator, dt=sim.dt, t_end=sim.t_end, save_every=sim.save_every,
+                   noise=sim.noise, workers=1)  # fmt: skip
+    if jax.default_backend() != "cpu":
+        runs = [solve(sim.field, x0, key=sim.key, on_snapshot=lambda k, t, x: tick(len(x)), **options)]
+    else:  # run b draws its noise from split(key, B)[b], as in a batch
+        keys = jax.random.split(sim.key, x0.shape[0])
+        runs = [solve(sim.field, x0[b], key=keys[b], on_snapshot=lambda k, t, x: tick(1), **options)
+                for b in range(x0.shape[0])]  # fmt: skip
+    length = max(len(run.ts) for run in runs)
+
+    def padded(xs):  # (T, n, d) or (T, B, n, d) -> (length, B, n, d)
+        xs = xs if xs.ndim == 4 else xs[:, None]
+        return np.concatenate([xs, np.full((length - len(xs), *xs.shape[1:]), np.nan, xs.dtype)])
+
+    statuses = [status for run in runs for status in np.ravel(run.statuses)]
+    totals = {}
+    for name in ("accepted", "rejected", "evaluations"):
+        values = [getattr(run, name) for run in runs]
+        if all(v is not None for v in values):
+            key = "evaluations" if name == "evaluations" else f"steps_{name}"
+            totals[key] = int(sum(np.sum(v) for v in values))
+    return {
+        "ts": max((run.ts for run in runs), key=len),
+        "xs": np.concatenate([padded(run.xs) for run in runs], axis=1),
+        "status": next((s for s in statuses if s != "ok"), statuses[0]),
+        "steps": max(run.steps for run in runs),
+        "totals": totals,
+        # the solver's own compile time (0 when its program was compiled by an earlier job)
+        "compile_s": float(sum(run.compile_time_s for run in runs)),
+    }
 
 
 def _simulate(job: Job, tick: Tick) -> JobResult:
@@ -86,25 +123,19 @@ def _simulate(job: Job, tick: Tick) -> JobResult:
     e_max = energy_max(sim.kernel)  # from the analytic factor (the theory dispatches on its type)
     sim = _with_factor_matrix(sim, config)
     x0 = jnp.stack([make_initial(_with_seed(config, s), sim.kernel.gauge, sim.x0.dtype) for s in job.seeds])
-    stamps = []
+    ticked = 0
 
-    def on_snapshot(k: int, t: float, x: np.ndarray) -> None:
-        stamps.append(time.perf_counter())
-        tick(1)
+    def counted(units: int) -> None:
+        nonlocal ticked
+        ticked += units
+        tick(units)
 
     solve_start = time.perf_counter()
-    # The seeds of a job run in this process (workers=1): the jobs are what runs in parallel
-    # (run_jobs), and a process keeps its compiled programs for the next job of the same shapes.
-    trajectory = solve(
-        sim.field, x0, integrator=sim.integrator, dt=sim.dt, t_end=sim.t_end, save_every=sim.save_every,
-        noise=sim.noise, key=sim.key, on_snapshot=on_snapshot, workers=1,
-    )  # fmt: skip
+    solved = _solve_seeds(sim, x0, counted)
     solve_end = time.perf_counter()
-    tick(job.units() - len(stamps))  # a run that stopped early
-    # the solver's own compile time (0 when its program was compiled by an earlier job of this process)
-    compile_s = float(trajectory.compile_time_s)
-    xs = trajectory.xs if trajectory.xs.ndim == 4 else trajectory.xs[:, None]
-    values, figure = measure(sim, trajectory.ts, xs, job.seeds, job.experiment, e_max=e_max)
+    tick(job.units() - ticked)  # runs that stopped early
+    compile_s = solved["compile_s"]
+    values, figure = measure(sim, solved["ts"], solved["xs"], job.seeds, job.experiment, e_max=e_max)
     end = time.perf_counter()
     timing = {
         "wall_s": end - start,
@@ -112,11 +143,12 @@ def _simulate(job: Job, tick: Tick) -> JobResult:
         "compile_s": compile_s,
         "run_s": solve_end - solve_start - compile_s,
         "measure_s": end - solve_end,
-        "steps": trajectory.steps,
-        **_step_totals(trajectory),
+        "steps": solved["steps"],
+        **solved["totals"],
     }
-    reason = "" if trajectory.status == "ok" else f"solver stopped: {trajectory.status}"
-    return JobResult(job.experiment.id, job.variant.name, job.label, job.n, job.seeds, trajectory.status,
+    status = solved["status"]
+    reason = "" if status == "ok" else f"solver stopped: {status}"
+    return JobResult(job.experiment.id, job.variant.name, job.label, job.n, job.seeds, status,
                      reason, values, timing, figure)  # fmt: skip
 
 
@@ -185,25 +217,40 @@ def run_job(job: Job, tick: Tick) -> JobResult:
                          f"{type(error).__name__}: {error}")  # fmt: skip
 
 
-def _run_quietly(job: Job) -> JobResult:
-    return run_job(job, lambda units: None)
+def _run_group(jobs: Sequence[Job], cache_folder: str | None) -> list[JobResult]:
+    """A worker process's task: jobs of one structure, in order (one compilation serves them),
+    with the persistent compilation cache of the parent process when it has one."""
+    if cache_folder is not None:
+        program_cache.enable_persistent_cache(Path(cache_folder))
+    return [run_job(job, lambda units: None) for job in jobs]
 
 
-def default_workers() -> int:
-    """Worker processes: one per available core, at most 2 (1 on an accelerator)."""
-    return 1 if jax.default_backend() != "cpu" else batch.worker_count(2, None, where="reproduce")
+def default_workers(*, quick: bool = False) -> int:
+    """Worker processes: one per available core, at most 2; 1 on an accelerator, and 1 for the quick
+    run, whose one-off costs (imports, compilations) exceed its simulations: a second process
+    would pay them again (benchmarks/RESULTS.md, "Throughput of reproduce")."""
+    if quick or jax.default_backend() != "cpu":
+        return 1
+    return batch.worker_count(2, None, where="reproduce")
 
 
 def run_jobs(jobs: Sequence[Job], tick: Tick, *, workers: int = 1) -> list[JobResult]:
-    """Run the jobs, in this process or in ``workers`` single-threaded processes, longest first
-    (:mod:`attnflow.numerics.batch`); progress then advances per finished job."""
+    """Run the jobs, in this process or in ``workers`` single-threaded processes; there the jobs of
+    one structure (:func:`~attnflow.workflows.reproduce_plan.structure_key`) are one task, and the
+    tasks run longest first (:mod:`attnflow.numerics.batch`); progress then advances per task."""
     if workers <= 1 or len(jobs) <= 1:
         return [run_job(job, tick) for job in jobs]
+    groups: dict[tuple, list[int]] = {}
+    for i, job in enumerate(jobs):
+        groups.setdefault(structure_key(job), []).append(i)
+    order = sorted(groups.values(), key=lambda group: -sum(jobs[i].cost() for i in group))
+    cache_folder = jax.config.jax_compilation_cache_dir  # None unless a persistent cache is on
+    tasks = [([jobs[i] for i in group], cache_folder) for group in order]
     results: list[JobResult | None] = [None] * len(jobs)
-    order = sorted(range(len(jobs)), key=lambda i: -jobs[i].cost())
-    for index, result in batch.run_tasks(_run_quietly, [(jobs[i],) for i in order], workers=workers):
-        results[order[index]] = result
-        tick(jobs[order[index]].units())
+    for index, done in batch.run_tasks(_run_group, tasks, workers=min(workers, len(tasks))):
+        for i, result in zip(order[index], done, strict=True):
+            results[i] = result
+        tick(sum(jobs[i].units() for i in order[index]))
     return results
 
 
@@ -238,7 +285,7 @@ def reproduce(
         if progress is not None:
             progress(done, total)
 
-    workers = default_workers() if workers is None else workers
+    workers = default_workers(quick=quick) if workers is None else workers
     if workers < 1:
         raise ValueError(f"reproduce: `--workers` must be a positive number of processes; got {workers!r}.")
     results = run_jobs(jobs, tick, workers=workers)

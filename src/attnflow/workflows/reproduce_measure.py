@@ -1,9 +1,11 @@
 """Measuring a reproduce job from its stored snapshots (never a second simulation).
 
-Energies and gauge frames of all snapshots and seeds in one jitted call each, then the
-diagnostics of :mod:`attnflow.analysis.metrics` per seed at the report times and at the end
-(:func:`measure`); every value is one of :data:`attnflow.io.outcomes.METRICS`. Also the states a
-realisation's figure shows (:func:`trajectory_states`, :func:`householder_frame`, :func:`orbit_frame`).
+Energies of all snapshots and seeds by one compiled program per kernel structure and size (a
+fixed number of states per call: jobs of other lengths and seed counts reuse it), gauge frames
+and mean cosines in NumPy, then the diagnostics of :mod:`attnflow.analysis.metrics` per seed at
+the report times and at the end (:func:`measure`); every value is one of
+:data:`attnflow.io.outcomes.METRICS`. Also the states a realisation's figure shows
+(:func:`trajectory_states`, :func:`householder_frame`, :func:`orbit_frame`).
 """
 
 from __future__ import annotations
@@ -38,19 +40,48 @@ THETA_C = 0.1  # cluster threshold (rad), the diagnostics' default
 SERIES_POINTS = 100  # snapshots per seed of the costly per-snapshot series (cluster counts)
 
 
+ENERGY_CHUNK = 64  # states per compiled energy call (the last call is padded)
+
+
 @partial(jax.jit, static_argnames="block_size")
-def _energies(kernel, xs, block_size=None):
-    """``E`` of every snapshot and seed, ``xs (T, B, n, d) -> (T, B)``; one snapshot time at once."""
-    per_seed = jax.vmap(lambda x: energy(kernel, x, block_size=block_size))
-    return jax.lax.map(per_seed, xs)
+def _energy_chunk(kernel, xs, block_size=None):
+    """``E`` of each state of ``xs (ENERGY_CHUNK, n, d)``."""
+    return jax.vmap(lambda x: energy(kernel, x, block_size=block_size))(xs)
+
+
+def _energies(kernel, xs: np.ndarray, block_size=None) -> np.ndarray:
+    """``E`` of every snapshot and seed, ``xs (T, B, n, d) -> (T, B)``, ``ENERGY_CHUNK`` states a
+    call: one compilation per kernel structure and size, whatever ``T`` and ``B``."""
+    states = xs.reshape(-1, *xs.shape[2:])
+    count = len(states)
+    padded = np.concatenate([states, np.repeat(states[-1:], -count % ENERGY_CHUNK, axis=0)])
+    chunks = [
+        _energy_chunk(kernel, jnp.asarray(padded[i : i + ENERGY_CHUNK]), block_size=block_size)
+        for i in range(0, len(padded), ENERGY_CHUNK)
+    ]
+    return np.concatenate([np.asarray(chunk) for chunk in chunks])[:count].reshape(xs.shape[:2])
 
 
 @jax.jit
-def _gauge_frames(gauge, xs):
-    return jax.vmap(jax.vmap(gauge.apply))(xs)
+def _gauge_matrices(gauge):
+    """``Q(ξ_i) (n, d, d)``: one compiled program (called eagerly, a gauge's ``matrices`` compiles
+    each of its operations on its own)."""
+    return gauge.matrices()
 
 
-_mean_cosines = jax.jit(jax.vmap(jax.vmap(metrics.mean_cosine)))
+def _gauge_frames(q: np.ndarray, xs: np.ndarray) -> np.ndarray:
+    """``u_i = Q_i x_i`` of every snapshot and seed, ``xs (T, B, n, d)``, ``q (n, d, d)``."""
+    return np.einsum("nij,tbnj->tbni", q, xs)
+
+
+def _mean_cosines(xs: np.ndarray) -> np.ndarray:
+    """:func:`attnflow.analysis.metrics.mean_cosine` of every snapshot and seed (unit rows:
+    ``(n|m|² − 1)/(n − 1)``, ``m`` the mean), ``xs (T, B, n, d) -> (T, B)``."""
+    n = xs.shape[-2]
+    if n == 1:
+        return np.ones(xs.shape[:2])
+    m = xs.mean(axis=-2)
+    return (n * np.sum(m * m, axis=-1) - 1.0) / (n - 1)
 
 
 def json_value(value: Any) -> Any:
@@ -124,11 +155,11 @@ def measure(
     """Per-seed values at the report times and at the end, from snapshots ``xs (T, B, n, d)``;
     ``e_max`` is the theory's maximal energy (:func:`attnflow.analysis.theory.energy_max`) or None."""
     gauged = not sim.kernel.gauge.is_identity
-    us = np.asarray(_gauge_frames(sim.kernel.gauge, jnp.asarray(xs))) if gauged else xs
-    energies = np.asarray(_energies(sim.kernel, jnp.asarray(xs), block_size=sim.block_size))
-    mean_cos = np.asarray(_mean_cosines(jnp.asarray(xs)))
-    gauge_mean_cos = np.asarray(_mean_cosines(jnp.asarray(us))) if gauged else mean_cos
-    q = np.asarray(sim.kernel.gauge.matrices()) if gauged else None
+    q = np.asarray(_gauge_matrices(sim.kernel.gauge)) if gauged else None
+    us = _gauge_frames(q, xs) if gauged else xs
+    energies = _energies(sim.kernel, xs, block_size=sim.block_size)
+    mean_cos = _mean_cosines(xs)
+    gauge_mean_cos = _mean_cosines(us) if gauged else mean_cos
     indices = _time_indices(ts, experiment.report_times)
     values = []
     for b, seed in enumerate(seeds):

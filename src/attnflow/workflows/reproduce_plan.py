@@ -1,7 +1,8 @@
 """Planning a reproduce run: one job per (experiment, variant, n), the command-line parsers.
 
 A :class:`Job` is one batch of seeds of an experiment's variant at one size; :func:`plan` lists
-them (checking that every metric an experiment names is measured, :data:`attnflow.io.outcomes.METRICS`).
+them (checking that every metric an experiment names is measured, :data:`attnflow.io.outcomes.METRICS`);
+:func:`structure_key` says which jobs can share one compiled program.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from attnflow.io.outcomes import METRICS
 from attnflow.numerics.solve import snapshot_count
 from attnflow.workflows.experiments import Experiment, Variant, experiment_ids
 
-__all__ = ["Job", "parse_only", "parse_sizes", "plan"]
+__all__ = ["Job", "parse_only", "parse_sizes", "plan", "structure_key"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,11 +50,39 @@ class Job:
         return t_end / dt * len(self.seeds) * self.n**2
 
     def units(self) -> int:
-        """Progress units: snapshots of a simulation, or seeds of a realisation."""
+        """Progress units: snapshots of each seed of a simulation, or seeds of a realisation."""
         if self.experiment.kind != "simulate":
             return len(self.seeds)
         solver = self.simulation_config().solver
-        return snapshot_count(solver.t_end, solver.save_every)
+        return snapshot_count(solver.t_end, solver.save_every) * len(self.seeds)
+
+
+# Gauge and factor kinds that build the same pytree (a matrix per token; a tabulated factor).
+_GAUGE_STRUCTURE = {"generalized_rope": "dense", "prompt": "dense", "file": "dense"}
+_FACTOR_STRUCTURE = {"distance_bias": "matrix", "toeplitz_cos": "matrix", "file": "matrix"}
+# Numbers that are arguments of the compiled program (or only set the initial state), not structure.
+_NUMBERS = {"model": ("beta",), "solver": ("dt", "t_end", "save_every")}
+
+
+def structure_key(job: Job) -> tuple:
+    """What decides a job's compiled programs: the size, the model's options, the kinds of gauge
+    and factor (as the pytrees they build), the solver's options. Jobs with equal keys share their
+    compilations when they run in one process; a key finer than the programs' only costs a
+    compilation, never a result."""
+    if job.experiment.kind != "simulate":
+        return (job.experiment.kind, job.n)
+    config = job.simulation_config()
+    model = config.model.model_dump(exclude=set(_NUMBERS["model"]))
+    solver = config.solver.model_dump(exclude=set(_NUMBERS["solver"]))
+    gauge, factor = config.gauge.kind, config.factor.kind
+    return (
+        "simulate",
+        job.n,
+        tuple(sorted(model.items())),
+        _GAUGE_STRUCTURE.get(gauge, gauge),
+        _FACTOR_STRUCTURE.get(factor, factor),
+        tuple(sorted((k, repr(v)) for k, v in solver.items())),
+    )
 
 
 def parse_only(only: str | None) -> list[str] | None:
