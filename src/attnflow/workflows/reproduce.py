@@ -19,8 +19,9 @@ value an expectation can name (:mod:`attnflow.workflows.reproduce_measure`,
   structure (:func:`structure_key`) go to the same process, in order, so that one compilation
   serves them all; the groups run longest first, and the processes share the persistent
   compilation cache of this one when it has one.
-- Realisation experiments (``kind = "realize_orbit" | "realize_sphere"``) call
-  :mod:`attnflow.workflows.realize` once per seed.
+- Realisation experiments (``kind = "realize_orbit" | "realize_sphere"``) are batched too: one
+  construction with the seeds' initial data stacked, one
+  :func:`~attnflow.workflows.realize.realize_batch` call (each seed bitwise as if run alone).
 - The analytic factors are evaluated once as a matrix for the dense interaction
   (:func:`_with_factor_matrix`, the factor's ``tabulated``): same values, a cheaper step.
 """
@@ -36,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnflow.analysis import metrics
+from attnflow.analysis import metrics, realisation
 from attnflow.analysis.laws import VonMisesMixture, quadrature_cdf, spherical_mixture_samples
 from attnflow.analysis.theory import energy_max
 from attnflow.io.config import Config
@@ -155,18 +156,24 @@ def _simulate(job: Job, tick: Tick) -> JobResult:
 def _realize(job: Job, tick: Tick) -> JobResult:
     p = job.experiment.realize_parameters(quick=job.quick)
     n, start, values, figure = job.n, time.perf_counter(), [], FigureData(beta=float(p.get("beta", 1.0)))
-    common = {key: p[key] for key in ("beta", "t_end", "dt", "save_every") if key in p}
+    common = {key: p[key] for key in ("t_end", "dt", "save_every") if key in p}
+    beta, seeds = float(p.get("beta", 1.0)), list(job.seeds)
     if job.experiment.kind == "realize_orbit":
         law = VonMisesMixture(p["weights"], p["kappas"], p["mus"])
         independent_cdf = quadrature_cdf(law.pdf)  # not the series CDF whose inverse made the targets
         target = np.asarray(law.ppf((np.arange(n) + 0.5) / n), dtype=float)
+        construction = realisation.orbit_construction(law, n=n, beta=beta, seed=seeds)
     else:
         targets = np.asarray(spherical_mixture_samples(p.get("target_seed", 0), n), dtype=float)
         v0 = np.asarray(p.get("v0", (0.0, 0.0, 1.0)), dtype=float)
         sphere_options = {key: p[key] for key in ("gauge", "sigma") if key in p}
-    for i, seed in enumerate(job.seeds):
+        construction = realisation.sphere_construction(
+            targets, v0=v0, beta=beta, seed=seeds, **sphere_options
+        )
+    # every seed in one call of one compiled program, bitwise the seeds run alone (realize_batch)
+    results = realize.realize_batch(construction, workers=1, **common)
+    for i, (seed, result) in enumerate(zip(job.seeds, results, strict=True)):
         if job.experiment.kind == "realize_orbit":
-            result = realize.realize_orbit(law, n=n, seed=seed, **common)
             angles = np.asarray(result.relative_angles, dtype=float)
             measured = {
                 "circular_ks": metrics.circular_ks(angles, independent_cdf),
@@ -175,7 +182,6 @@ def _realize(job: Job, tick: Tick) -> JobResult:
             }
             shown = (target, angles)
         else:
-            result = realize.realize_sphere(targets, v0=v0, seed=seed, **sphere_options, **common)
             x, u_star = np.asarray(result.x, dtype=float), np.asarray(result.u_star, dtype=float)
             gap = float(np.linalg.norm(u_star - v0))
             measured = {
