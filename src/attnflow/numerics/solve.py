@@ -6,7 +6,8 @@ is the same solve handing each block of snapshots to a consumer as it is compute
 none, so that memory does not grow with the number of snapshots (``attnflow run`` passes its
 store and metrics this way); ``solve`` is ``solve_streaming`` with a consumer that keeps them.
 
-What a run is, is one picklable ``Problem``: the field, the method (``attnflow.numerics.integrators``), the step-size policy (``attnflow.numerics.steps``:
+What a run is, is one picklable ``Problem``: the field, the method
+(``attnflow.numerics.integrators``), the step-size policy (``attnflow.numerics.steps``:
 ``ConstantSteps`` / ``AdaptiveSteps``), the snapshot options (``attnflow.numerics.saving.SaveAt``)
 and the noise. ``advance(problem, carry, t_targets)`` is the pure core: it takes a run through a
 group of snapshot times (a ``lax.scan``), each chunk of steps by the policy, and returns the
