@@ -315,14 +315,14 @@ class _Snapshots:
     def add(self, k: int, x: np.ndarray) -> None:
         """Snapshot number ``k`` of the whole run (its time ``k · save_every``)."""
         t = k * self.save_every
+        if self.first is None:
+            self.first = (t, np.array(x))
         with self.writing():  # the metrics and the store take the snapshot together (Ctrl-C waits)
             if self.every or self.writer.n_snapshots == 0:
                 self.writer.append(t, x[self.rows])
             else:
                 self.pending = (t, np.array(x[self.rows]))
             self.summary.add([t], x[None])
-        if self.first is None:
-            self.first = (t, np.array(x))
 
     def flush(self) -> None:
         if self.pending is not None and not self.writer.closed:
