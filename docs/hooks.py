@@ -76,6 +76,12 @@ KEY_MEANINGS: dict[str, str] = {
     "solver.atol": "adaptive: absolute tolerance",
     "solver.dtype": "precision of the state: `float64` (default) or `float32`",
     "solver.block_size": "rows per block of the blocked evaluation; unset: chosen from n and dtype",
+    "storage.token_stride": "keep tokens 0, k, 2k, ... of each snapshot in `trajectory.zarr` (with their "
+    "labels and gauge matrices); metrics still use every token (see Large runs)",
+    "storage.dtype": "precision of the stored snapshots: `float64`, `float32`, or unset (the solver's "
+    "dtype); `--resume` needs the solver's",
+    "storage.snapshots": "`all` saved times, or `final`: the store keeps the initial and the last "
+    "snapshot (metrics.json still has every saved time; a run that stops early keeps its last one)",
 }
 
 # --- why each experiment matters (shown on its page) ------------------------------------------------

@@ -147,6 +147,7 @@ def test_defaults_match_spec():
             "interaction": "exact",
             "tolerance": 1e-10,
         },
+        "storage": {"token_stride": 1, "dtype": None, "snapshots": "all"},
     }
 
 
@@ -314,7 +315,7 @@ def test_unknown_key_and_section_list_what_is_allowed():
     assert "got 'methd'. Unknown key; did you mean 'method'? Allowed keys: method, dt," in message
     message = error_message({"solvr": {}})
     assert "`solvr` must be one of the sections; got 'solvr'" in message
-    assert "Allowed sections: model, aux, gauge, factor, init, solver." in message
+    assert "Allowed sections: model, aux, gauge, factor, init, solver, storage." in message
 
 
 @pytest.mark.parametrize(

@@ -1,9 +1,19 @@
-"""The metrics of a stored trajectory: what a run folder's ``metrics.json`` holds (no ``run`` block).
+"""The metrics of a run: what a run folder's ``metrics.json`` holds (no ``run`` block).
 
-:func:`summarize` reads the snapshots ``xs (T, n, d)`` at times ``ts`` of one run with its
-kernel and never simulates: the diagnostics of :func:`attnflow.analysis.metrics.snapshot_summary`
-for the final snapshot, the energy and its closed-form maximum (:func:`attnflow.analysis.theory.energy_max`),
-whether the energy is non-decreasing, the collapse times, and the per-snapshot ``series``.
+:class:`OnlineSummary` takes a run's snapshots block by block as they are produced (or read back
+from a store) and keeps only what the metrics need: the per-snapshot ``series`` (a few numbers
+per snapshot) and the latest snapshot. Its :meth:`~OnlineSummary.result` holds the diagnostics
+of :func:`attnflow.analysis.metrics.snapshot_summary` for the final snapshot, the energy and its
+closed-form maximum (:func:`attnflow.analysis.theory.energy_max`), whether the energy is
+non-decreasing, the collapse times, the ``series``, and ``methods``: how each quantity that
+has more than one way was computed. :func:`summarize` is the same for a whole ``xs (T, n, d)``;
+it never simulates.
+
+Large runs: the energy is exact (``O(n²)`` per snapshot, tiled) or, with ``energy="expansion"``,
+the ``O(n)`` expansion within its tolerance (:func:`attnflow.numerics.expansion.expansion_energy`).
+The quantities that need every pair (``min_cosine``, ``n_clusters``, ``n_eff``) are exact up to
+``PAIRWISE_LIMIT`` tokens; above, the final snapshot's are computed on an evenly spaced subsample
+of ``PAIRWISE_LIMIT`` tokens (``methods`` says so) and the ``n_eff`` series is null.
 """
 
 from __future__ import annotations
@@ -16,13 +26,25 @@ from attnflow.analysis import metrics
 from attnflow.analysis.theory import energy_max
 from attnflow.core.gauges import Gauge
 from attnflow.core.kernel import Kernel
+from attnflow.numerics.expansion import expansion_energy
 from attnflow.numerics.summation import energy
 
-__all__ = ["COLLAPSE_THRESHOLD", "ENERGY_TOL", "PAIRWISE_LIMIT", "energy_series", "gauge_frames", "summarize"]
+__all__ = [
+    "COLLAPSE_THRESHOLD",
+    "ENERGY_TOL",
+    "PAIRWISE_KEYS",
+    "PAIRWISE_LIMIT",
+    "OnlineSummary",
+    "energy_series",
+    "gauge_frames",
+    "subsample",
+    "summarize",
+]
 
 COLLAPSE_THRESHOLD = 0.999  # mean cosine at which a state counts as collapsed (the collapse time)
 ENERGY_TOL = 1e-10  # relative decrease allowed between snapshots (round-off of the energy sum)
-PAIRWISE_LIMIT = 8192  # above this n the O(n²) cluster diagnostics are skipped (null)
+PAIRWISE_LIMIT = 8192  # above this n the O(n²) diagnostics use a subsample of this many tokens
+PAIRWISE_KEYS = ("min_cosine", "n_clusters", "n_eff")
 
 
 def gauge_frames(gauge: Gauge, xs) -> np.ndarray:
@@ -30,10 +52,126 @@ def gauge_frames(gauge: Gauge, xs) -> np.ndarray:
     return np.asarray(jax.vmap(gauge.apply)(jnp.asarray(xs)))
 
 
+def subsample(n: int, size: int) -> np.ndarray:
+    """At most ``size`` token indices out of ``n``, evenly spaced in token order (every
+    ``ceil(n/size)``-th, from 0): deterministic, and spread over the labels of positions."""
+    return np.arange(0, n, -(-n // size))
+
+
+def _energy_function(kernel: Kernel, method: str, *, block_size: int | None, tolerance: float):
+    """``x -> E(x)``, compiled once; the kernel's arrays are arguments (not constants baked into the
+    program), its profile (concrete numbers the expansion's degree is chosen from) is closed over."""
+    if method not in ("exact", "expansion"):
+        raise ValueError(f"summarize: `energy` must be 'exact' or 'expansion'; got {method!r}.")
+    profile = kernel.profile
+
+    def evaluate(gauge, factor, x):
+        k = Kernel(gauge=gauge, factor=factor, profile=profile)
+        if method == "expansion":
+            return expansion_energy(k, x, tolerance=tolerance)
+        return energy(k, x, block_size=block_size)
+
+    compiled = jax.jit(evaluate)
+    return lambda x: float(compiled(kernel.gauge, kernel.factor, jnp.asarray(x)))
+
+
 def energy_series(kernel: Kernel, xs, *, block_size: int | None = None) -> np.ndarray:
     """``E`` of every snapshot of ``xs (T, n, d)`` (one compiled evaluation, called per snapshot)."""
-    fn = jax.jit(lambda x: energy(kernel, x, block_size=block_size))
-    return np.array([float(fn(jnp.asarray(x))) for x in xs])
+    fn = _energy_function(kernel, "exact", block_size=block_size, tolerance=0.0)
+    return np.array([fn(x) for x in xs])
+
+
+class OnlineSummary:
+    """The metrics of a run, accumulated snapshot by snapshot: memory ``O(n d)`` whatever the number
+    of snapshots (the latest snapshot and a few numbers per snapshot).
+
+    ``add(ts, xs)``: the next block ``ts (G,)``, ``xs (G, n, d)`` of snapshots, in order.
+    ``result()``: the metrics dict (``summarize``'s). ``groups``: prompt ids (the conditional
+    spread); ``block_size``: the exact energy's evaluation (the run's; the value is the same to
+    round-off); ``energy``: ``"exact"`` or ``"expansion"`` (within ``tolerance`` of the energy's
+    scale ``φ'(1)/(2β)``); ``theta_c``: the cluster angle.
+    """
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        *,
+        groups: np.ndarray | None = None,
+        block_size: int | None = None,
+        energy: str = "exact",
+        tolerance: float = 1e-10,
+        theta_c: float = 0.1,
+    ) -> None:
+        self.kernel, self.groups, self.theta_c = kernel, groups, theta_c
+        self.energy_method, self.tolerance = energy, tolerance
+        self._energy = _energy_function(kernel, energy, block_size=block_size, tolerance=tolerance)
+        self._mean_cosine = jax.jit(metrics.mean_cosine)
+        self._gauge_mean_cosine = jax.jit(lambda gauge, x: metrics.mean_cosine(gauge.apply(x)))
+        self.series: dict[str, list] = {
+            k: [] for k in ("t", "energy", "mean_cosine", "gauge_mean_cosine", "n_eff")
+        }
+        self.last: np.ndarray | None = None
+
+    @property
+    def count(self) -> int:
+        """Snapshots added so far."""
+        return len(self.series["t"])
+
+    def add(self, ts, xs) -> None:
+        for t, x in zip(np.asarray(ts, dtype=float), xs, strict=True):
+            x = np.asarray(x)
+            pairwise = x.shape[0] <= PAIRWISE_LIMIT
+            self.series["t"].append(float(t))
+            self.series["energy"].append(self._energy(x))
+            self.series["mean_cosine"].append(float(self._mean_cosine(x)))
+            self.series["gauge_mean_cosine"].append(float(self._gauge_mean_cosine(self.kernel.gauge, x)))
+            self.series["n_eff"].append(metrics.n_eff(x, theta_c=self.theta_c) if pairwise else None)
+            self.last = x
+
+    def result(self) -> dict:
+        if self.last is None:
+            raise ValueError("summarize: `xs` must hold at least one snapshot; got none.")
+        x, kernel, n = self.last, self.kernel, self.last.shape[0]
+        q = None if kernel.gauge.is_identity else np.asarray(kernel.gauge.matrices())
+        pairwise = n <= PAIRWISE_LIMIT
+        final = metrics.snapshot_summary(x, q=q, groups=self.groups, theta_c=self.theta_c, pairwise=pairwise)
+        methods = {"energy": self.energy_method}
+        if self.energy_method == "expansion":
+            methods["energy"] = f"expansion (tolerance {self.tolerance:g} of the energy's scale)"
+        if not pairwise:
+            rows = subsample(n, PAIRWISE_LIMIT)
+            part = metrics.snapshot_summary(
+                x[rows], q=None if q is None else q[rows], theta_c=self.theta_c, pairwise=True
+            )
+            final.update({key: part[key] for key in PAIRWISE_KEYS})
+            how = f"subsample of {rows.size} of {n} tokens (one in {rows[1] - rows[0]})"
+            methods.update({key: how for key in PAIRWISE_KEYS}, series_n_eff="skipped (null)")
+        energies = np.asarray(self.series["energy"], dtype=float)
+        e_max = energy_max(kernel)
+        e_last = float(energies[-1])
+        final.update(
+            energy=e_last,
+            energy_max=e_max,
+            energy_gap=_relative_gap(e_max, e_last),
+            energy_monotone=metrics.is_monotone(energies, tol=self._monotone_tol(e_last)),
+            collapse_time=metrics.collapse_time(
+                self.series["t"], self.series["mean_cosine"], threshold=COLLAPSE_THRESHOLD
+            ),
+            gauge_collapse_time=metrics.collapse_time(
+                self.series["t"], self.series["gauge_mean_cosine"], threshold=COLLAPSE_THRESHOLD
+            ),
+        )
+        final["series"] = {k: list(v) for k, v in self.series.items()}
+        final["methods"] = methods
+        return final
+
+    def _monotone_tol(self, e_last: float) -> float:
+        """Round-off of the energy sum, plus twice the expansion's error bound where it is used."""
+        tol = ENERGY_TOL * max(1.0, abs(e_last)) if np.isfinite(e_last) else 0.0
+        if self.energy_method == "expansion" and self.kernel.profile.kind == "exp":
+            scale = float(self.kernel.profile.scale) / (2.0 * float(self.kernel.profile.beta))
+            tol += 2.0 * self.tolerance * scale
+        return tol
 
 
 def summarize(
@@ -45,38 +183,11 @@ def summarize(
     block_size: int | None = None,
     theta_c: float = 0.1,
 ) -> dict:
-    """Every diagnostic of the final snapshot of ``xs (T, n, d)`` and the ``series`` block.
-
-    ``groups``: prompt ids (the conditional spread); ``block_size``: the energy's evaluation (the
-    run's; the value is the same to round-off); ``theta_c``: the cluster angle.
-    """
-    ts, xs = np.asarray(ts), np.asarray(xs)
-    us = gauge_frames(kernel.gauge, xs)
-    n = xs.shape[1]
-    q = None if kernel.gauge.is_identity else np.asarray(kernel.gauge.matrices())
-    pairwise = n <= PAIRWISE_LIMIT
-    final = metrics.snapshot_summary(xs[-1], q=q, groups=groups, theta_c=theta_c, pairwise=pairwise)
-    energies = energy_series(kernel, xs, block_size=block_size)
-    e_max = energy_max(kernel)
-    mean_cos = np.asarray(metrics.series(xs, metrics.mean_cosine))
-    gauge_mean_cos = np.asarray(metrics.series(us, metrics.mean_cosine))
-    final.update(
-        energy=float(energies[-1]),
-        energy_max=e_max,
-        energy_gap=_relative_gap(e_max, float(energies[-1])),
-        energy_monotone=metrics.is_monotone(energies, tol=ENERGY_TOL * max(1.0, abs(float(energies[-1])))),
-        collapse_time=metrics.collapse_time(ts, mean_cos, threshold=COLLAPSE_THRESHOLD),
-        gauge_collapse_time=metrics.collapse_time(ts, gauge_mean_cos, threshold=COLLAPSE_THRESHOLD),
-    )
-    n_eff = [None] * len(ts) if not pairwise else [metrics.n_eff(x, theta_c=theta_c) for x in xs]
-    final["series"] = {
-        "t": ts.tolist(),
-        "energy": energies.tolist(),
-        "mean_cosine": mean_cos.tolist(),
-        "gauge_mean_cosine": gauge_mean_cos.tolist(),
-        "n_eff": n_eff,
-    }
-    return final
+    """Every diagnostic of the final snapshot of ``xs (T, n, d)`` and the ``series`` block
+    (:class:`OnlineSummary` over the whole stack, exact energy)."""
+    summary = OnlineSummary(kernel, groups=groups, block_size=block_size, theta_c=theta_c)
+    summary.add(ts, np.asarray(xs))
+    return summary.result()
 
 
 def _relative_gap(e_max: float | None, e: float) -> float | None:

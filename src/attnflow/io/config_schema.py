@@ -1,7 +1,7 @@
-"""The configuration's schema: six frozen sections, each field with its type, range and default.
+"""The configuration's schema: seven frozen sections, each field with its type, range and default.
 
-A configuration is plain, frozen data: six sections (``model``, ``aux``, ``gauge``, ``factor``,
-``init``, ``solver``), each a pydantic model whose defaults are the library's defaults.
+A configuration is plain, frozen data: seven sections (``model``, ``aux``, ``gauge``, ``factor``,
+``init``, ``solver``, ``storage``), each a pydantic model whose defaults are the library's defaults.
 Constraints on one value (type, range, allowed choices) live on the field; rules that tie several
 values together are in :mod:`attnflow.io.config_rules`, run by the :class:`Config` validator once
 every field is valid.
@@ -24,6 +24,7 @@ __all__ = [
     "ModelConfig",
     "SECTIONS",
     "SolverConfig",
+    "StorageConfig",
 ]
 
 SKEW_ATOL = 1e-12  # entrywise tolerance on |G + G^T| for generalized_rope generators
@@ -152,8 +153,23 @@ class SolverConfig(_Frozen):
     )
 
 
+class StorageConfig(_Frozen):
+    """What a run folder keeps of the snapshots (``trajectory.zarr``); the metrics are computed from
+    every token of every snapshot whatever is stored. The defaults store everything."""
+
+    token_stride: Annotated[int, Ge(1)] = Field(
+        1, description="store tokens 0, k, 2k, ... of each snapshot (with their labels and gauges)"
+    )
+    dtype: Literal["float64", "float32"] | None = Field(
+        None, description="the stored snapshots' precision; null: the solver's dtype"
+    )
+    snapshots: Literal["all", "final"] = Field(
+        "all", description="'all' saved times, or 'final': the initial and the last snapshot only"
+    )
+
+
 class Config(_Frozen):
-    """A whole run configuration: the six sections plus cross-section rules."""
+    """A whole run configuration: the seven sections plus cross-section rules."""
 
     model: ModelConfig = Field(default_factory=ModelConfig)
     aux: AuxConfig = Field(default_factory=AuxConfig)
@@ -161,6 +177,7 @@ class Config(_Frozen):
     factor: FactorConfig = Field(default_factory=FactorConfig)
     init: InitConfig = Field(default_factory=InitConfig)
     solver: SolverConfig = Field(default_factory=SolverConfig)
+    storage: StorageConfig = Field(default_factory=StorageConfig)
 
     @model_validator(mode="after")
     def _check_rules(self) -> Self:

@@ -65,7 +65,7 @@ import xarray as xr
 import zarr
 from zarr.codecs import Crc32cCodec
 
-__all__ = ["StoredTrajectory", "TrajectoryWriter", "open_dataset", "read_trajectory"]
+__all__ = ["StoredTrajectory", "TrajectoryWriter", "iter_snapshots", "open_dataset", "read_trajectory"]
 
 _WHERE = "store"
 _DTYPES = ("float64", "float32")
@@ -292,6 +292,14 @@ def read_trajectory(path: str | os.PathLike[str]) -> StoredTrajectory:
     status = _resolved_status(attrs, ts.shape[0])
     config = {key: value for key, value in attrs.items() if key not in _RESERVED_ATTRS}
     return StoredTrajectory(ts=ts, xs=xs, xi=xi, gauge=gauge, attrs=config, status=status)
+
+
+def iter_snapshots(path: str | os.PathLike[str]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The complete snapshots of a store as blocks ``(ts (G,), xs (G, n, d))``, in order, trimmed
+    like ``read_trajectory``: memory of one block (at most ``_READ_BLOCK`` snapshots), whatever the
+    store's length (metrics and figures of long runs read it this way)."""
+    group = _open_store(path)
+    yield from _complete_blocks(group["t"], group["x"], recorded=group.attrs.get("n_snapshots"))
 
 
 def open_dataset(path: str | os.PathLike[str]) -> xr.Dataset:

@@ -1,7 +1,12 @@
 """The time loop: ``solve`` orchestrates a pure compiled core (``advance``) between snapshots.
 
 ``solve(field, x0, ...)`` advances ``x0`` to ``t_end`` and returns a ``Trajectory`` of the snapshots
-at multiples of ``save_every``. What a run is, is one picklable ``Problem``: the field, the method
+at multiples of ``save_every`` (all held in memory). ``solve_streaming(field, x0, on_snapshots=...)``
+is the same solve handing each block of snapshots to a consumer as it is computed and keeping
+none, so that memory does not grow with the number of snapshots (``attnflow run`` passes its
+store and metrics this way); ``solve`` is ``solve_streaming`` with a consumer that keeps them.
+
+What a run is, is one picklable ``Problem``: the field, the method
 (``attnflow.numerics.integrators``), the step-size policy (``attnflow.numerics.steps``:
 ``ConstantSteps`` / ``AdaptiveSteps``), the snapshot options (``attnflow.numerics.saving.SaveAt``)
 and the noise. ``advance(problem, carry, t_targets)`` is the pure core: it takes a run through a
@@ -14,7 +19,7 @@ The orchestration (``solve``): compile the core once per structure of the proble
 so every call of a run, and every later run of the same shapes and options in the process, reuses
 the executable; ``Trajectory.compile_time_s``, 0 when reused), call
 it once per group of snapshots (Python runs once per call, never once per step), one call ahead of
-the one being read (storage in ``on_snapshot`` overlaps the computation; the status codes travel
+the one being read (the consumer's work, e.g. storage, overlaps the computation; the status codes travel
 with the snapshots: one host synchronisation per call), and stop when no run is ``ok``.
 
 Batches ``x0 (B, n, d)`` (seeds; run ``b`` draws its noise from ``split(key, B)[b]``):
@@ -24,9 +29,8 @@ Batches ``x0 (B, n, d)`` (seeds; run ``b`` draws its noise from ``split(key, B)[
   single run; with more than one available core the runs are shared between single-threaded
   worker processes (``attnflow.numerics.batch``: each solves its contiguous share in this way and
   returns it; the field must pickle, as ``make_vector_field``'s does). Their snapshots are then
-  handed to ``on_snapshot`` in order once every share is done, so a batch in processes does not
-  stream: the parent holds the whole trajectory (as the returned ``Trajectory`` does anyway) and
-  the callbacks come at the end.
+  handed on in order once every share is done, so a batch in processes does not stream: the
+  parent holds the whole trajectory and the consumer gets it at the end, as one block.
 
 Each run of a batch has its own status (``Trajectory.statuses``): a run that goes non-finite
 stops (its later snapshots are NaN) while the others go on. ``Trajectory.status`` is the run's
@@ -68,6 +72,8 @@ __all__ = [
     "Problem",
     "SaveAt",
     "SnapshotCallback",
+    "SnapshotSink",
+    "SolveStatistics",
     "Status",
     "Trajectory",
     "advance",
@@ -75,14 +81,38 @@ __all__ = [
     "snapshot_count",
     "snapshot_group",
     "solve",
+    "solve_streaming",
 ]
 
 SnapshotCallback = Callable[[int, float, np.ndarray], None]
+# a consumer of blocks of snapshots, in order: ``on_snapshots(ts (G,), xs (G, n, d) or (G, B, n, d))``
+SnapshotSink = Callable[[np.ndarray, np.ndarray], None]
 _OK = Status.ok.code
 
 
+class _RunRecord:
+    """What ``Trajectory`` and ``SolveStatistics`` share: the statuses and step statistics."""
+
+    statuses: np.ndarray
+    accepted: np.ndarray | None
+    rejected: np.ndarray | None
+    evaluations: np.ndarray | None
+
+    @property
+    def status(self) -> Status:
+        """The status of a run; of a batch, the first that is not ``ok`` (``ok`` if none)."""
+        return next((s for s in self.statuses.ravel() if s != Status.ok), Status.ok)
+
+    def statistics(self) -> dict[str, int | list[int]]:
+        """``{"steps_accepted", "steps_rejected", "evaluations"}``: integers for a run, lists for a
+        batch (JSON-ready)."""
+        names = ("steps_accepted", "steps_rejected", "evaluations")
+        values = (self.accepted, self.rejected, self.evaluations)
+        return {name: np.asarray(v).tolist() for name, v in zip(names, values, strict=True)}
+
+
 @dataclasses.dataclass(frozen=True)
-class Trajectory:
+class Trajectory(_RunRecord):
     """Snapshots ``xs (T, n, d)`` (or ``(T, B, n, d)`` for a batch) at times ``ts (T,)``.
 
     ``statuses``: ``Status`` per run (shape ``()``, or ``(B,)`` for a batch); a run's snapshots
@@ -102,17 +132,19 @@ class Trajectory:
     # worker processes: the longest compilation among them; their start is in the wall time)
     compile_time_s: float = 0.0
 
-    @property
-    def status(self) -> Status:
-        """The status of a run; of a batch, the first that is not ``ok`` (``ok`` if none)."""
-        return next((s for s in self.statuses.ravel() if s != Status.ok), Status.ok)
 
-    def statistics(self) -> dict[str, int | list[int]]:
-        """``{"steps_accepted", "steps_rejected", "evaluations"}``: integers for a run, lists for a
-        batch (JSON-ready)."""
-        names = ("steps_accepted", "steps_rejected", "evaluations")
-        values = (self.accepted, self.rejected, self.evaluations)
-        return {name: np.asarray(v).tolist() for name, v in zip(names, values, strict=True)}
+@dataclasses.dataclass(frozen=True)
+class SolveStatistics(_RunRecord):
+    """What ``solve_streaming`` returns: a ``Trajectory`` without its snapshots (they went to the
+    consumer), plus ``snapshots``, how many were handed on (the initial one included)."""
+
+    statuses: np.ndarray
+    steps: int
+    accepted: np.ndarray
+    rejected: np.ndarray
+    evaluations: np.ndarray
+    compile_time_s: float
+    snapshots: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,16 +258,16 @@ def integrate(
     return carry[0]
 
 
-def _run(problem: Problem, x0: jax.Array, keys: jax.Array, on_snapshot: SnapshotCallback | None = None):
-    """The orchestration in this process: ``(ts, xs, codes, stats (runs, 3), compile_time_s)``."""
+def _run(problem: Problem, x0: jax.Array, keys: jax.Array, on_snapshots: SnapshotSink):
+    """The orchestration in this process: hands each block of snapshots to ``on_snapshots`` as it is
+    fetched and keeps none; returns ``(codes, stats (runs, 3), compile_time_s, snapshots)``."""
     saveat, batched = problem.saveat, x0.ndim == 3
     n, runs = x0.shape[-2], (x0.shape[0] if batched else 1)
     stages = problem.stepsize.evaluations_per_save(problem.method, saveat.save_every)
     group = saveat.group(None if stages is None else stages * runs * n * n)
-    ts, xs = [0.0], [np.asarray(x0)]
     codes, stats = np.zeros(x0.shape[:1] if batched else (), np.int32), np.zeros((runs, 3), np.int64)
-    if on_snapshot is not None:
-        on_snapshot(0, 0.0, xs[0])
+    on_snapshots(np.zeros(1), np.asarray(x0)[None])
+    delivered = 1
 
     def times(call: int) -> jax.Array:
         return jnp.asarray([saveat.time(call * group + j + 1) for j in range(group)], x0.dtype)
@@ -250,26 +282,51 @@ def _run(problem: Problem, x0: jax.Array, keys: jax.Array, on_snapshot: Snapshot
         if batched:  # (B, G, ...) -> (G, B, ...)
             fetched = tuple(np.moveaxis(a, 1, 0) for a in fetched)
         group_xs, group_codes, group_stats = fetched
-        for j in range(group):
-            codes, stats = group_codes[j], stats + group_stats[j].reshape(runs, 3)
-            alive = codes == _OK
-            if not np.any(alive):
-                break
-            x = np.where(alive[:, None, None], group_xs[j], np.nan) if batched else group_xs[j]
-            k = call * group + j + 1
-            ts.append(saveat.time(k))
-            xs.append(x.astype(group_xs.dtype, copy=False))
-            if on_snapshot is not None:
-                on_snapshot(k, ts[-1], xs[-1])
-        if not np.any(codes == _OK):
+        alive = group_codes == _OK  # (G,) or (G, B)
+        ended = ~alive.reshape(group, -1).any(axis=1)  # snapshots at which no run is ok any more
+        kept = int(np.argmax(ended)) if ended.any() else group  # snapshots before the first of them
+        counted = min(kept + 1, group)  # the stats of the failing chunk count, as its status does
+        stats = stats + group_stats[:counted].reshape(counted, runs, 3).sum(axis=0)
+        codes = group_codes[counted - 1]
+        if kept:
+            block = group_xs[:kept]
+            if batched:  # a stopped run's later snapshots are NaN
+                block = np.where(alive[:kept, :, None, None], block, np.asarray(np.nan, block.dtype))
+            ks = call * group + 1 + np.arange(kept)
+            on_snapshots(np.asarray([saveat.time(int(k)) for k in ks]), block)
+            delivered += kept
+        if kept < group:
             break
         out = following
-    return np.asarray(ts), np.stack(xs), codes, stats, compile_time
+    return codes, stats, compile_time, delivered
+
+
+class _Collector:
+    """A sink that keeps every block (``solve``, and a worker's share of a batch)."""
+
+    def __init__(self, then: SnapshotCallback | None = None) -> None:
+        self.ts: list[np.ndarray] = []
+        self.xs: list[np.ndarray] = []
+        self.then = then
+
+    def __call__(self, ts: np.ndarray, xs: np.ndarray) -> None:
+        self.ts.append(np.asarray(ts, dtype=float))
+        self.xs.append(xs)
+        if self.then is not None:
+            start = sum(len(t) for t in self.ts[:-1])
+            for j, t in enumerate(ts):
+                self.then(start + j, float(t), xs[j])
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.concatenate(self.ts), np.concatenate(self.xs)
 
 
 def _run_share(problem: Problem, x0: np.ndarray, keys: jax.Array):
-    """A worker process's task: its share of a batch, solved as in ``_run``."""
-    return _run(problem, jnp.asarray(x0), keys)
+    """A worker process's task: its share of a batch, solved as in ``_run``: ``(ts, xs, codes,
+    stats, compile_time_s)``."""
+    collector = _Collector()
+    codes, stats, compile_time, _ = _run(problem, jnp.asarray(x0), keys, collector)
+    return (*collector.arrays(), codes, stats, compile_time)
 
 
 def _processes(problem: Problem, x0: jax.Array, workers: int | None) -> int:
@@ -308,6 +365,82 @@ def _run_in_processes(problem: Problem, x0: jax.Array, keys: jax.Array, count: i
     return ts, xs, codes, np.concatenate([p[3] for p in parts]), max(p[4] for p in parts)
 
 
+def _problem(
+    field,
+    x0,
+    *,
+    integrator,
+    dt,
+    t_end,
+    save_every,
+    noise,
+    max_steps_per_snapshot,
+    snapshots_per_call,
+    saveat,
+    stepsize,
+) -> Problem:
+    saveat = saveat if saveat is not None else SaveAt(t_end, save_every, snapshots_per_call)
+    if stepsize is None:
+        if dt is None:
+            raise ValueError("solve: `dt` must be given (or a `stepsize` policy); got None.")
+        stepsize = integrator.default_steps(dt, max_steps=max_steps_per_snapshot)
+    stepsize.check(integrator, field, noise=noise, save_every=saveat.save_every)
+    return Problem(field, integrator, stepsize, saveat, noise)
+
+
+def solve_streaming(
+    field: VectorField,
+    x0: jax.Array,
+    *,
+    on_snapshots: SnapshotSink,
+    integrator: Integrator,
+    dt: float | None = None,
+    t_end: float | None = None,
+    save_every: float | None = None,
+    noise: float = 0.0,
+    key: jax.Array | None = None,
+    max_steps_per_snapshot: int = 1_000_000,
+    snapshots_per_call: int | None = None,
+    workers: int | None = None,
+    saveat: SaveAt | None = None,
+    stepsize: StepPolicy | None = None,
+) -> SolveStatistics:
+    """``solve`` without keeping the snapshots: each block ``(ts (G,), xs (G, n, d))`` (or
+    ``(G, B, n, d)`` for a batch) goes to ``on_snapshots`` as soon as it is computed, in order, the
+    initial state first, and nothing of it is held here afterwards, so the memory of a run does not
+    grow with its number of snapshots (a block is at most one compiled call's snapshots,
+    ``SaveAt.snapshots_per_call``). Returns the statuses and step statistics.
+
+    A CPU batch solved in worker processes is the exception: the shares come back whole, and are
+    handed on as one block at the end. The other options are ``solve``'s.
+    """
+    problem = _problem(
+        field, x0, integrator=integrator, dt=dt, t_end=t_end, save_every=save_every, noise=noise,
+        max_steps_per_snapshot=max_steps_per_snapshot, snapshots_per_call=snapshots_per_call,
+        saveat=saveat, stepsize=stepsize,
+    )  # fmt: skip
+    key = jax.random.key(0) if key is None else key
+    batched = x0.ndim == 3
+    keys = jax.random.split(key, x0.shape[0]) if batched else key
+    count = _processes(problem, x0, workers) if batched else 1
+    if count == 1:
+        codes, stats, compile_time, snapshots = _run(problem, x0, keys, on_snapshots)
+    else:
+        ts, xs, codes, stats, compile_time = _run_in_processes(problem, x0, keys, count)
+        on_snapshots(ts, xs)
+        snapshots = len(ts)
+    per_run = stats if batched else stats[0]
+    return SolveStatistics(
+        statuses=Status.from_codes(codes),
+        steps=int((stats[:, 0] + stats[:, 1]).max()),
+        accepted=per_run[..., 0],
+        rejected=per_run[..., 1],
+        evaluations=per_run[..., 2],
+        compile_time_s=compile_time,
+        snapshots=snapshots,
+    )
+
+
 def solve(
     field: VectorField,
     x0: jax.Array,
@@ -335,32 +468,25 @@ def solve(
     ``on_snapshot(k, t, x)``: called in order for each stored snapshot, the initial one included.
     ``workers``: processes for a CPU batch (None: one per available core, at most one per run;
     1: in this process); results do not depend on it (bitwise).
+
+    The returned ``Trajectory`` holds every snapshot in memory (``T n d`` numbers, and once more
+    while they are stacked). For runs whose snapshots do not fit, or should not be held,
+    ``solve_streaming`` hands them to a consumer block by block instead (``attnflow run`` does so).
     """
-    saveat = saveat if saveat is not None else SaveAt(t_end, save_every, snapshots_per_call)
-    if stepsize is None:
-        if dt is None:
-            raise ValueError("solve: `dt` must be given (or a `stepsize` policy); got None.")
-        stepsize = integrator.default_steps(dt, max_steps=max_steps_per_snapshot)
-    stepsize.check(integrator, field, noise=noise, save_every=saveat.save_every)
-    problem = Problem(field, integrator, stepsize, saveat, noise)
-    key = jax.random.key(0) if key is None else key
-    batched = x0.ndim == 3
-    keys = jax.random.split(key, x0.shape[0]) if batched else key
-    count = _processes(problem, x0, workers) if batched else 1
-    if count == 1:
-        ts, xs, codes, stats, compile_time = _run(problem, x0, keys, on_snapshot)
-    else:
-        ts, xs, codes, stats, compile_time = _run_in_processes(problem, x0, keys, count)
-        for k, t in enumerate(ts) if on_snapshot is not None else ():
-            on_snapshot(k, float(t), xs[k])
-    per_run = stats if batched else stats[0]
+    collector = _Collector(then=on_snapshot)
+    result = solve_streaming(
+        field, x0, on_snapshots=collector, integrator=integrator, dt=dt, t_end=t_end,
+        save_every=save_every, noise=noise, key=key, max_steps_per_snapshot=max_steps_per_snapshot,
+        snapshots_per_call=snapshots_per_call, workers=workers, saveat=saveat, stepsize=stepsize,
+    )  # fmt: skip
+    ts, xs = collector.arrays()
     return Trajectory(
         ts=ts,
         xs=xs,
-        statuses=Status.from_codes(codes),
-        steps=int((stats[:, 0] + stats[:, 1]).max()),
-        accepted=per_run[..., 0],
-        rejected=per_run[..., 1],
-        evaluations=per_run[..., 2],
-        compile_time_s=compile_time,
+        statuses=result.statuses,
+        steps=result.steps,
+        accepted=result.accepted,
+        rejected=result.rejected,
+        evaluations=result.evaluations,
+        compile_time_s=result.compile_time_s,
     )

@@ -27,25 +27,33 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from attnflow.analysis.summary import gauge_frames, summarize
+from attnflow.analysis.summary import OnlineSummary, subsample
 from attnflow.io import store
 from attnflow.io.atomic import write_json
 from attnflow.io.config import Config, ConfigError, resolved_dict
 from attnflow.io.version import __version__
 from attnflow.numerics.saving import SaveAt
-from attnflow.numerics.solve import Trajectory, snapshot_count, solve
+from attnflow.numerics.solve import SolveStatistics, snapshot_count, solve_streaming
 from attnflow.numerics.steps import ConstantSteps
 from attnflow.viz import plotting
+from attnflow.viz.law import write_law_figure
 from attnflow.workflows.build import build
 
 Progress = Callable[[int, int], None]
 
+SCATTER_LIMIT = 8192  # above this n the state figures draw an evenly spaced subsample of tokens
+LAW_LIMIT = 8192  # above this n the run also draws the empirical law (law.png, attnflow.viz.law)
+LAW_TOKENS = 10**6  # tokens binned for law.png (a subsample above)
+
 
 @dataclasses.dataclass(frozen=True)
 class RunResult:
+    """A finished run: its folder, its metrics (``metrics.json``) and the solver's statistics
+    (``None`` when nothing was left to compute, e.g. a resumed run that had finished)."""
+
     out_dir: Path
     metrics: dict
-    trajectory: Trajectory
+    statistics: SolveStatistics | None
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -145,30 +153,95 @@ def _interrupts_between_writes() -> Iterator[Callable[[], contextlib.AbstractCon
 
 
 def write_figures(out_dir: Path, ts, xs, us, xi, series: dict) -> list[Path]:
-    """The run figures of ``out_dir/figures`` from the snapshots, their gauge frames ``us``, the
-    labels ``xi`` (colours) and the ``series`` block of the metrics (entries with nulls skipped)."""
+    """The run figures of ``out_dir/figures`` from the snapshots ``xs (T, n, d)`` at ``ts (T,)``,
+    their gauge frames ``us``, the labels ``xi`` (colours) and the ``series`` block of the metrics
+    (over ``ts``; entries with nulls skipped). Only the first and the last snapshot are drawn, so
+    ``xs`` and ``us`` may hold just those two (``(2, n, d)``; a run passes no more)."""
+    first, last = (ts[0], xs[0], us[0]), (ts[-1], xs[-1], us[-1])
+    return _write_figures(out_dir, ts=ts, series=series, first=first, last=last, xi=xi)
+
+
+def _write_figures(out_dir: Path, *, ts, series: dict, first: tuple, last: tuple, xi) -> list[Path]:
+    """The figures from the series over ``ts (T,)`` and two states ``(t, x, u)``, ``first`` and
+    ``last``: holds no more than those two (and ``T`` numbers per series), whatever ``T``. Above
+    ``SCATTER_LIMIT`` tokens the states are drawn on an evenly spaced subsample, and above
+    ``LAW_LIMIT`` the empirical law of the last state is drawn too (``law.png``)."""
+    folder = out_dir / "figures"
+    xi = np.asarray(xi)
     color = xi if xi.ndim == 1 else xi[:, 0]
+    n = first[1].shape[0]
+    rows = subsample(n, SCATTER_LIMIT) if n > SCATTER_LIMIT else slice(None)
+    states = [(float(t), np.asarray(x, float)[rows], np.asarray(u, float)[rows]) for t, x, u in (first, last)]
+    ts = np.asarray(ts, dtype=float)
     arrays = {k: np.asarray(v, dtype=float) for k, v in series.items() if k != "t" and None not in v}
-    return plotting.write_run_figures(out_dir / "figures", ts=ts, xs=xs, us=us, color=color, series=arrays)
+    written = []
+    if ts.shape[0] > 1 and arrays:  # the series figures; their states panel is redrawn below
+        x_last, u_last = states[1][1], states[1][2]
+        written = plotting.write_run_figures(
+            folder,
+            ts=ts,
+            xs=np.broadcast_to(x_last, (ts.shape[0], *x_last.shape)),  # views: no copy per time
+            us=np.broadcast_to(u_last, (ts.shape[0], *u_last.shape)),
+            color=color[rows],
+            series=arrays,
+        )[1:]
+    pair = states if states[1][0] > states[0][0] else states[:1]
+    drawn = plotting.write_run_figures(
+        folder,
+        ts=np.asarray([t for t, _, _ in pair]),
+        xs=np.stack([x for _, x, _ in pair]),
+        us=np.stack([u for _, _, u in pair]),
+        color=color[rows],
+        series={},
+    )
+    written = drawn[:1] + written
+    if n > LAW_LIMIT:
+        sample = subsample(n, LAW_TOKENS)
+        t, x, u = last
+        law = write_law_figure(
+            folder / "law.png", x=x[sample], u=u[sample], color=color[sample], t=float(t), n_total=n
+        )
+        written.append(law)
+    return written
+
+
+def _stored_rows(config: Config) -> slice:
+    """The tokens the store keeps (``storage.token_stride``)."""
+    return slice(None, None, config.storage.token_stride)
+
+
+def _keeps_state(config: Config) -> bool:
+    """Whether the store holds every token of every snapshot at the solver's precision (the state
+    a resumed run continues from)."""
+    storage = config.storage
+    return (
+        storage.token_stride == 1
+        and storage.snapshots == "all"
+        and storage.dtype in (None, config.solver.dtype)
+    )
 
 
 def _open_writer(config: Config, sim, out_dir: Path, resolved: dict, *, resume: bool):
     """The store's writer: a new store, or the existing one reopened after its last complete
-    snapshot (``resume``; the folder must have been made by the same config)."""
+    snapshot (``resume``; the folder must have been made by the same config). The store holds
+    what the ``storage`` section asks (every k-th token, a dtype, all or the final snapshots)."""
     path = out_dir / "trajectory.zarr"
     if not resume:
         write_json(out_dir / "config.json", {**resolved, "attnflow_version": __version__})
+        rows, storage = _stored_rows(config), config.storage
+        total = snapshot_count(sim.t_end, sim.save_every)
+        gauge = None if sim.kernel.gauge.is_identity else np.asarray(sim.kernel.gauge.matrices())[rows]
         return store.TrajectoryWriter(
             path,
-            n_snapshots_max=snapshot_count(sim.t_end, sim.save_every),
-            n=config.model.n,
+            n_snapshots_max=total if storage.snapshots == "all" else min(2, total),
+            n=len(range(config.model.n)[rows]),
             d=config.model.d,
-            xi=sim.xi,
-            gauge=None if sim.kernel.gauge.is_identity else np.asarray(sim.kernel.gauge.matrices()),
+            xi=sim.xi[rows],
+            gauge=gauge,
             attrs={"config": resolved, "attnflow_version": __version__},
-            dtype=config.solver.dtype,
+            dtype=storage.dtype or config.solver.dtype,
         )
-    stored = store.read_trajectory(path)
+    stored = store.open_dataset(path)
     before = json.loads(json.dumps(stored.attrs.get("config")))
     if before != json.loads(json.dumps(resolved)):
         keys = _differing_keys(before or {}, resolved)
@@ -177,11 +250,12 @@ def _open_writer(config: Config, sim, out_dir: Path, resolved: dict, *, resume: 
             f"{', '.join(keys[:3]) or 'its layout'}. Pass --overwrite to start again."
         )
     fixed = isinstance(sim.integrator.default_steps(sim.dt, max_steps=1), ConstantSteps)
-    resumable = fixed and sim.noise == 0
-    if stored.ts.shape[0] > 1 and not resumable:
+    resumable = fixed and sim.noise == 0 and _keeps_state(config)
+    if not resumable and (stored.sizes["time"] > 1 or not _keeps_state(config)):
         raise ConfigError(
-            "run: `--resume` must continue a deterministic fixed-step run (its state is the last "
-            "snapshot); got an adaptive or noisy one. Pass --overwrite to start again."
+            "run: `--resume` must continue a deterministic fixed-step run whose store keeps its "
+            "state (every token and snapshot, at the solver's dtype); got an adaptive, noisy or "
+            "thinned one. Pass --overwrite to start again."
         )
     return store.TrajectoryWriter.reopen(path)
 
@@ -225,60 +299,115 @@ def run(
         os.close(lock)
 
 
+class _Snapshots:
+    """Where each computed snapshot goes, as it arrives: the metrics (every token, every saved time)
+    and the store (the ``storage`` section's tokens and times). Holds the first and the latest
+    snapshot, nothing more; with ``storage.snapshots = "final"`` the latest is stored at the end
+    (``flush``)."""
+
+    def __init__(self, config: Config, sim, writer, summary: OnlineSummary, writing) -> None:
+        self.writer, self.summary, self.writing = writer, summary, writing
+        self.rows, self.every = _stored_rows(config), config.storage.snapshots == "all"
+        self.save_every = sim.save_every
+        self.first: tuple | None = None
+        self.pending: tuple | None = None
+
+    def add(self, k: int, x: np.ndarray) -> None:
+        """Snapshot number ``k`` of the whole run (its time ``k · save_every``)."""
+        t = k * self.save_every
+        if self.first is None:
+            self.first = (t, np.array(x))
+        with self.writing():  # the metrics and the store take the snapshot together (Ctrl-C waits)
+            if self.every or self.writer.n_snapshots == 0:
+                self.writer.append(t, x[self.rows])
+            else:
+                self.pending = (t, np.array(x[self.rows]))
+            self.summary.add([t], x[None])
+
+    def flush(self) -> None:
+        if self.pending is not None and not self.writer.closed:
+            self.writer.append(*self.pending)
+            self.pending = None
+
+
 def _run_in_folder(config, sim, out_dir: Path, resolved: dict, *, resume: bool, progress) -> RunResult:
     n_snapshots = snapshot_count(sim.t_end, sim.save_every)
-    status, steps, trajectory, start, writer = "error", None, None, time.perf_counter(), None
+    status, statistics, start, writer = "error", None, time.perf_counter(), None
+    summary = OnlineSummary(
+        sim.kernel,
+        groups=sim.groups,
+        block_size=sim.block_size,
+        energy="expansion" if sim.interaction == "expansion" else "exact",
+        tolerance=config.solver.tolerance,
+    )
+    snapshots = None
     try:
         with _interrupts_between_writes() as writing:
             writer = _open_writer(config, sim, out_dir, resolved, resume=resume)
+            snapshots = _Snapshots(config, sim, writer, summary, writing)
             first = writer.n_snapshots - 1 if resume else 0  # the stored snapshot the solve starts from
+            x0 = sim.x0
+            if resume:  # the metrics of the stored snapshots, read back block by block
+                for ts, xs in store.iter_snapshots(writer.path):
+                    summary.add(ts, xs)
+                    snapshots.first = snapshots.first or (float(ts[0]), np.array(xs[0]))
+                x0 = jax.numpy.asarray(summary.last)
+            counter = {"k": first}
 
-            def on_snapshot(k: int, t: float, x: np.ndarray) -> None:  # noqa: ARG001
-                if resume and k == 0:
-                    return  # the snapshot resumed from, already stored
-                with writing():
-                    writer.append((first + k) * sim.save_every, x)  # the times of the whole run
-                if progress is not None:
-                    progress(first + k + 1, n_snapshots)
+            def on_snapshots(ts: np.ndarray, xs: np.ndarray) -> None:
+                for x in xs:
+                    k = counter["k"]
+                    counter["k"] += 1
+                    if resume and k == first:
+                        continue  # the snapshot resumed from, already stored and measured
+                    snapshots.add(k, x)
+                    if progress is not None:
+                        progress(k + 1, n_snapshots)
 
             if first + 1 < n_snapshots:
-                stored = store.read_trajectory(writer.path) if resume else None
-                x0 = sim.x0 if stored is None else jax.numpy.asarray(stored.xs[-1])
-                trajectory = solve(
+                statistics = solve_streaming(
                     sim.field,
                     x0,
+                    on_snapshots=on_snapshots,
                     integrator=sim.integrator,
                     dt=sim.dt,
                     saveat=SaveAt((n_snapshots - 1 - first) * sim.save_every, sim.save_every),
                     noise=sim.noise,
                     key=sim.key,
-                    on_snapshot=on_snapshot,
                 )
-                status, steps = str(trajectory.status), trajectory.steps
+                status = str(statistics.status)
             else:
-                status, steps = "ok", 0
+                status = "ok"
     except KeyboardInterrupt:
         if writer is None:  # stopped while the store was being created: nothing computed yet
             write_json(out_dir / "metrics.json", {"run": {"status": "interrupted", "snapshots": 0}})
             raise RunInterrupted(out_dir, 0, n_snapshots) from None
-        _finish(config, sim, out_dir, writer, "interrupted", steps, start, figures=False)
+        _finish(config, sim, out_dir, writer, snapshots, "interrupted", statistics, start, figures=False)
         raise RunInterrupted(out_dir, writer.n_snapshots, n_snapshots) from None
     except BaseException as error:
         if writer is None:  # no store: the folder's config was refused, or the disk failed first
             raise
-        _finish(config, sim, out_dir, writer, "error", steps, start, figures=False, error=error)
+        _finish(
+            config, sim, out_dir, writer, snapshots, "error", statistics, start, figures=False, error=error
+        )
         raise
-    summary = _finish(config, sim, out_dir, writer, status, steps, start, figures=True)
-    return RunResult(out_dir=out_dir, metrics=summary, trajectory=trajectory)
+    metrics = _finish(config, sim, out_dir, writer, snapshots, status, statistics, start, figures=True)
+    return RunResult(out_dir=out_dir, metrics=metrics, statistics=statistics)
 
 
-def _finish(config, sim, out_dir, writer, status, steps, start, *, figures: bool, error=None) -> dict:
-    """Metrics, figures, then the status, last: the store's and ``metrics.json``'s. A failure on
-    the way (a full disk while drawing) records ``error``, never the run's own status."""
-    info = {
+def _run_info(config, sim, writer, status, statistics: SolveStatistics | None, start) -> dict:
+    """The ``run`` block of ``metrics.json``: what ran, how, and the solver's step statistics
+    (``null`` when the solve did not return: interrupted, failed, or nothing left to resume)."""
+    counts = statistics.statistics() if statistics is not None else {}
+    return {
         "status": status,
-        "steps": steps,
+        "steps": None if statistics is None else statistics.steps,
+        "steps_accepted": counts.get("steps_accepted"),
+        "steps_rejected": counts.get("steps_rejected"),
+        "evaluations": counts.get("evaluations"),
+        "compile_time_s": None if statistics is None else statistics.compile_time_s,
         "snapshots": writer.n_snapshots,
+        "stored_tokens": len(range(config.model.n)[_stored_rows(config)]),
         "wall_time_s": time.perf_counter() - start,
         "time_scale": config.model.time_scale,
         "dtype": config.solver.dtype,
@@ -287,18 +416,28 @@ def _finish(config, sim, out_dir, writer, status, steps, start, *, figures: bool
         "interaction": sim.interaction,  # the path that ran ("auto" resolved)
         "rank": sim.rank,  # features per token of the expansion; null for "exact"
     }
+
+
+def _finish(
+    config, sim, out_dir, writer, snapshots, status, statistics, start, *, figures: bool, error=None
+) -> dict:
+    """Metrics, figures, then the status, last: the store's and ``metrics.json``'s. A failure on
+    the way (a full disk while drawing) records ``error``, never the run's own status."""
+    info = _run_info(config, sim, writer, status, statistics, start)
     if error is not None:
         info["error"] = f"{type(error).__name__}: {error}"
     summary: dict = {}
     try:
-        stored = store.read_trajectory(writer.path)
-        if stored.ts.shape[0] > 0:
-            summary = summarize(
-                sim.kernel, stored.ts, stored.xs, groups=sim.groups, block_size=sim.block_size
-            )
-        if figures:
-            us = gauge_frames(sim.kernel.gauge, stored.xs)
-            write_figures(out_dir, stored.ts, stored.xs, us, sim.xi, summary["series"])
+        if snapshots is not None:
+            snapshots.flush()
+            info["snapshots"] = writer.n_snapshots
+            if snapshots.summary.count > 0:
+                summary = snapshots.summary.result()
+        if figures and summary:
+            gauge = sim.kernel.gauge
+            xs = np.stack([snapshots.first[1], snapshots.summary.last])  # the two states drawn
+            us = np.asarray(jax.vmap(gauge.apply)(jax.numpy.asarray(xs)))
+            write_figures(out_dir, summary["series"]["t"], xs, us, sim.xi, summary["series"])
     except BaseException as failure:
         info.update(status="error", error=f"{type(failure).__name__}: {failure}")
         _record(out_dir, writer, {**summary, "run": info})
@@ -318,14 +457,22 @@ def _record(out_dir: Path, writer, summary: dict) -> None:
 
 
 def replot(run_dir: str | os.PathLike) -> list[Path]:
-    """Redraw the figures of a run folder from its stored trajectory and metrics."""
+    """Redraw the figures of a run folder from its store (first and last snapshot, read lazily)
+    and the series of its ``metrics.json``."""
     run_dir = Path(run_dir)
     if not (run_dir / "trajectory.zarr").exists():
         raise ConfigError(f"plot: `RUN_DIR` must be a run folder with trajectory.zarr; got {str(run_dir)!r}.")
-    stored = store.read_trajectory(run_dir / "trajectory.zarr")
-    xs = stored.xs
-    us = xs if stored.gauge is None else np.einsum("nij,tnj->tni", stored.gauge, xs)
+    ds = store.open_dataset(run_dir / "trajectory.zarr")
+    ts = ds["t"].values
+    gauge = ds["gauge"].values if "gauge" in ds else None
+
+    def state(k: int) -> tuple:
+        x = ds["x"][k].values
+        return float(ts[k]), x, (x if gauge is None else np.einsum("nij,nj->ni", gauge, x))
+
     metrics_path = run_dir / "metrics.json"
-    series = json.loads(metrics_path.read_text())["series"] if metrics_path.exists() else {}
-    series = {k: v[: len(stored.ts)] for k, v in series.items()}
-    return write_figures(run_dir, stored.ts, xs, us, stored.xi, series)
+    series = json.loads(metrics_path.read_text()).get("series", {}) if metrics_path.exists() else {}
+    times = series.get("t") or ts
+    return _write_figures(
+        run_dir, ts=times, series=series, first=state(0), last=state(-1), xi=ds["xi"].values
+    )
