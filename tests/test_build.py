@@ -139,3 +139,22 @@ def test_the_estimate_grows_with_each_size():
         {"model": {"n": 256}, "solver": {"t_end": 40.0}},
     ):
         assert sum(memory_estimate(config_from_dict(data)).values()) > base
+
+
+def test_memory_estimate_of_a_streamed_expansion_run_holds_no_snapshot_history():
+    """attnflow run streams its snapshots and the expansion holds n x rank features, not pair
+    blocks: the estimate of an n = 1e6 run with 201 snapshots stays within a machine's memory."""
+    from attnflow.io.config import config_from_dict
+    from attnflow.workflows.build import memory_estimate
+
+    config = config_from_dict(
+        {
+            "model": {"n": 1_000_000},
+            "solver": {"interaction": "expansion", "tolerance": 1e-8, "method": "adaptive"},
+        }
+    )
+    held, streamed = memory_estimate(config), memory_estimate(config, streamed=True)
+    assert held["solver.save_every"] == 3 * 201 * 1_000_000 * 3 * 8
+    assert streamed["solver.save_every"] == 3 * (64 + 2) * 1_000_000 * 3 * 8
+    assert streamed["model.n"] == 16 * 1_000_000 * 3 * 8 + 2 * 1_000_000 * 165 * 8  # rank 165 at 1e-8
+    assert sum(streamed.values()) < 8 * 2**30

@@ -20,7 +20,7 @@ from attnflow.numerics.dynamics import make_vector_field  # noqa: E402
 from attnflow.numerics.integrators import RK4, Adaptive, Euler, GeodesicRK4, make_integrator  # noqa: E402
 from attnflow.numerics.lanes import use_cpu_cores  # noqa: E402
 from attnflow.numerics.saving import SaveAt  # noqa: E402
-from attnflow.numerics.solve import Trajectory, solve  # noqa: E402
+from attnflow.numerics.solve import Trajectory, solve, solve_streaming  # noqa: E402
 from attnflow.numerics.status import Status  # noqa: E402
 from attnflow.numerics.steps import AdaptiveSteps, ConstantSteps  # noqa: E402
 from attnflow.numerics.summation import energy  # noqa: E402
@@ -49,5 +49,6 @@ __all__ = [
     "make_profile",
     "make_vector_field",
     "solve",
+    "solve_streaming",
     "use_cpu_cores",
 ]

@@ -25,8 +25,9 @@ from attnflow.core.kernel import Kernel, make_profile
 from attnflow.io.arrays import ArrayFileError, load_array
 from attnflow.io.config import Config, ConfigError
 from attnflow.numerics.dynamics import VectorField, make_vector_field
+from attnflow.numerics.expansion import expansion_rank
 from attnflow.numerics.integrators import Integrator, make_integrator
-from attnflow.numerics.saving import snapshot_count
+from attnflow.numerics.saving import SNAPSHOT_GROUP_MAX, snapshot_count
 from attnflow.numerics.summation import symmetric_tiles
 
 # Automatic blocking (benchmarks/RESULTS.md; 2 cores, one field evaluation).
@@ -231,6 +232,7 @@ def resolve_block_size(config: Config) -> int | None:
 # again for the metrics: workflows/run.py and analysis/summary.py call `gauge.matrices()`); the
 # snapshots (kept by solve, read back for the metrics, and their gauge-frame view for the figures).
 _STATE_COPIES, _PAIR_COPIES, _GAUGE_COPIES, _EDGE_GAUGE_COPIES, _SNAPSHOT_COPIES = 16, 4, 1, 2, 3
+_FEATURE_COPIES = 2  # the expansion's features of a stage (the moments are rank x d)
 
 
 def physical_memory() -> int:
@@ -241,29 +243,44 @@ def physical_memory() -> int:
         return 2**62
 
 
-def memory_estimate(config: Config) -> dict[str, int]:
+def memory_estimate(config: Config, *, streamed: bool = False) -> dict[str, int]:
     """An upper estimate of the bytes a run of ``config`` holds at once, by the key that drives
     each term: ``model.n`` (states and pair blocks: ``n × n`` dense, ``n × block`` blocked),
     ``model.d`` (the gauge: RoPE's angles ``n × m`` or other gauges' matrices ``n × d × d``
     for the simulation, and the dense matrices of the store and metrics), ``aux.n_prompts``
     (prompt rotations), ``factor.path`` (an ``n × n`` factor) and ``solver.save_every`` (the
-    snapshots)."""
+    snapshots: all of them, or with ``streamed`` those of one compiled call, as ``attnflow run``
+    holds them). With ``solver.interaction = "expansion"`` the pair blocks are replaced by the
+    expansion's features, ``n × rank``."""
     model, solver = config.model, config.solver
     n, d = model.n, model.d
     size = 4 if solver.dtype == "float32" else 8
     block = resolve_block_size(config)
-    terms = {
-        "model.n": _STATE_COPIES * n * d * size + _PAIR_COPIES * n * (n if block is None else block) * size
-    }
+    try:
+        rank = (
+            expansion_rank(
+                d, model.beta, solver.tolerance, kind=model.profile, normalization=model.normalization
+            )
+            if solver.interaction == "expansion"
+            else None
+        )
+    except ValueError:  # beyond the expansion's limits: build() reports it in one line
+        rank = None
+    if rank is not None:
+        pairs = _FEATURE_COPIES * n * rank * size
+    else:
+        pairs = _PAIR_COPIES * n * (n if block is None else block) * size
+    terms = {"model.n": _STATE_COPIES * n * d * size + pairs}
     if config.gauge.kind != "none":
         terms["model.d"] = _gauge_bytes(config, size)
     if config.gauge.kind == "prompt":
         terms["aux.n_prompts"] = 2 * config.aux.n_prompts * d * d * 8
     if config.factor.kind == "file":
         terms["factor.path"] = 2 * n * n * 8
-    terms["solver.save_every"] = (
-        _SNAPSHOT_COPIES * snapshot_count(solver.t_end, solver.save_every) * n * d * size
-    )
+    held = snapshot_count(solver.t_end, solver.save_every)
+    if streamed:  # one compiled call's snapshots, and the first and last kept for the figures
+        held = min(held, SNAPSHOT_GROUP_MAX) + 2
+    terms["solver.save_every"] = _SNAPSHOT_COPIES * held * n * d * size
     return terms
 
 
@@ -283,11 +300,11 @@ def _gauge_bytes(config: Config, size: int) -> int:
     return held + _EDGE_GAUGE_COPIES * dense
 
 
-def check_memory(config: Config, *, limit: int | None = None) -> None:
+def check_memory(config: Config, *, limit: int | None = None, streamed: bool = False) -> None:
     """Refuse, in one line naming the key that drives it, a run whose ``memory_estimate`` exceeds
     ``limit`` bytes (default: the machine's memory), before anything is allocated."""
     limit = physical_memory() if limit is None else limit
-    terms = memory_estimate(config)
+    terms = memory_estimate(config, streamed=streamed)
     total = sum(terms.values())
     if total <= limit:
         return
@@ -310,9 +327,10 @@ def _key_value(config: Config, key: str):
     return getattr(getattr(config, section), name)
 
 
-def build(config: Config, *, memory_limit: int | None = None) -> Simulation:
-    """Build every runtime object of a simulation from its config (after ``check_memory``)."""
-    check_memory(config, limit=memory_limit)
+def build(config: Config, *, memory_limit: int | None = None, streamed: bool = False) -> Simulation:
+    """Build every runtime object of a simulation from its config (after ``check_memory``;
+    ``streamed``: the caller keeps one compiled call's snapshots at a time, as ``attnflow run``)."""
+    check_memory(config, limit=memory_limit, streamed=streamed)
     dtype = jnp.float32 if config.solver.dtype == "float32" else jnp.float64
     model, solver = config.model, config.solver
     xi = make_labels(config)

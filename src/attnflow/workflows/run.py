@@ -289,7 +289,7 @@ def run(
     """
     if resume and overwrite:
         raise ConfigError("run: `--resume` and `--overwrite` must not be given together; got both.")
-    sim = build(config)
+    sim = build(config, streamed=True)
     out_dir = Path(out_dir)
     resolved = resolved_dict(config)
     lock, resume = _claim_folder(out_dir, resume=resume, overwrite=overwrite)
