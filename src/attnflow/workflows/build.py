@@ -25,7 +25,7 @@ from attnflow.core.kernel import Kernel, make_profile
 from attnflow.io.arrays import ArrayFileError, load_array
 from attnflow.io.config import Config, ConfigError
 from attnflow.numerics.dynamics import VectorField, make_vector_field
-from attnflow.numerics.expansion import expansion_rank
+from attnflow.numerics.expansion import MAX_RANK, expansion_rank
 from attnflow.numerics.integrators import Integrator, make_integrator
 from attnflow.numerics.saving import SNAPSHOT_GROUP_MAX, snapshot_count
 from attnflow.numerics.summation import symmetric_tiles
@@ -266,7 +266,7 @@ def memory_estimate(config: Config, *, streamed: bool = False) -> dict[str, int]
         )
     except ValueError:  # beyond the expansion's limits: build() reports it in one line
         rank = None
-    if rank is not None:
+    if rank is not None and rank <= MAX_RANK:  # above it, build() refuses the expansion in one line
         pairs = _FEATURE_COPIES * n * rank * size
     else:
         pairs = _PAIR_COPIES * n * (n if block is None else block) * size
