@@ -12,6 +12,7 @@ import contextlib
 import errno
 import signal
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
@@ -24,6 +25,7 @@ from rich.table import Table
 from attnflow.io.out_folder import check_out_folder
 
 SEED_MAX = 2**63 - 1  # seeds are signed 64-bit integers
+SET = "SECTION.KEY=VALUE"  # the metavar of every --set
 EXIT_OK, EXIT_EXPECTATION_FAILED, EXIT_BAD_INPUT, EXIT_UNFINISHED = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
 EXIT_CODES = {
@@ -77,7 +79,10 @@ def _version(value: bool) -> None:
 @app.callback()
 def _options(
     version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, metavar="", help="Print the version and exit."
+        ),
     ] = False,
 ) -> None:
     """Mean-field self-attention dynamics with frozen auxiliary variables."""
@@ -98,16 +103,73 @@ def exit_unless_ok(status: str, folder: Path) -> None:
         raise typer.Exit(code=EXIT_UNFINISHED)
 
 
+class ProgressReport:
+    """A command's progress: a stage label and ``done/total``, with the time since it started.
+
+    On a terminal, a rich bar on stderr (its count blank until the total is known). Off a terminal
+    (CI, a SLURM log), plain lines on stdout from the library's first call on (bad input found
+    before it stays the command's only line): one when the stage changes and one each tenth of the
+    total. ``report(done, total, stage=...)`` is called with the library's progress (``stage`` the label
+    from then on).
+    """
+
+    def __init__(self, command: str, stage: str, bar: Progress | None) -> None:
+        self.command, self.bar, self.start = command, bar, time.perf_counter()
+        self.label, self.done, self.total, self.tenths = stage, 0, None, 0
+        self.task = None if bar is None else bar.add_task(f"{command}: {stage}", total=None, count="")
+
+    def __call__(self, done: int, total: int, *, stage: str | None = None) -> None:
+        first, self.done, self.total = self.total is None, done, total
+        tenths = 10 * done // total if total else 0
+        changed = stage is not None and stage != self.label
+        self.label = stage or self.label
+        self._show(line=first or changed or tenths > self.tenths)
+        self.tenths = max(tenths, self.tenths)
+
+    def _count(self) -> str:
+        return "" if not self.total else f"{self.done}/{self.total} ({100 * self.done // self.total}%)"
+
+    def _show(self, *, line: bool) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, description=f"{self.command}: {self.label}", count=self._count(),
+                            completed=self.done, total=self.total or None)  # fmt: skip
+        elif line:
+            count = f" {self._count()}" if self.total else ""
+            text = f"{self.command}: {self.label}{count} [{time.perf_counter() - self.start:.1f} s]"
+            stdout.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
 @contextlib.contextmanager
-def progress_bar(description: str) -> Iterator:
-    """A rich progress bar on a terminal; a no-op callback otherwise."""
+def progress_report(command: str, stage: str) -> Iterator[ProgressReport]:
+    """The progress of ``command``, from ``stage`` on: a bar on a terminal, plain lines otherwise."""
     if not stderr.is_terminal:
-        yield lambda done, total: None
+        yield ProgressReport(command, stage, None)
         return
-    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"))
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[count]}"))
     with Progress(*columns, TimeElapsedColumn(), console=stderr, transient=True) as bar:
-        task = bar.add_task(description, total=None)
-        yield lambda done, total: bar.update(task, completed=done, total=total)
+        yield ProgressReport(command, stage, bar)
+
+
+def snapshot_stages(report: ProgressReport):
+    """The progress callback of a run (``attnflow.workflows.run``): its first call comes before the
+    solve compiles, the next ones as snapshots are stored, the last before the figures are drawn."""
+
+    def call(done: int, total: int) -> None:
+        stage = "compiling" if report.label == "building" else "drawing" if done == total else "simulating"
+        report(done, total, stage=stage)
+
+    return call
+
+
+def job_stages(report: ProgressReport):
+    """The progress callback of ``reproduce``: called as snapshots (jobs in this process) or whole
+    tasks (in worker processes) finish, each job compiling, simulating and measuring; a call with
+    nothing done yet means the jobs are compiling; the last comes before the report is drawn."""
+
+    def call(done: int, total: int) -> None:
+        report(done, total, stage="compiling" if done == 0 else "drawing" if done == total else "simulating")
+
+    return call
 
 
 def print_summary(title: str, rows: dict) -> None:
@@ -149,13 +211,20 @@ DISK_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)  # a full, 
 
 @app.command()
 def run(
-    config: Annotated[Path, typer.Argument(help="TOML config file.")],
-    set_: Annotated[list[str], typer.Option("--set", help="Override, e.g. model.n=128.")] = [],  # noqa: B006
-    out: Annotated[Path | None, typer.Option(help="Run folder (default runs/<config hash>).")] = None,
+    config: Annotated[Path, typer.Argument(metavar="CONFIG", help="TOML config file.")],
+    set_: Annotated[list[str], typer.Option("--set", metavar=SET, help="Override, e.g. model.n=128.")] = [],  # noqa: B006
+    out: Annotated[
+        Path | None, typer.Option(metavar="DIR", help="Run folder (default runs/<config hash>).")
+    ] = None,
     resume: Annotated[
-        bool, typer.Option("--resume", help="Continue the run in --out from its last complete snapshot.")
+        bool,
+        typer.Option(
+            "--resume", metavar="", help="Continue the run in --out from its last complete snapshot."
+        ),
     ] = False,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the run in --out.")] = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", metavar="", help="Replace the run in --out.")
+    ] = False,
 ) -> None:
     """Run one simulation and write its run folder."""
     signal.signal(signal.SIGINT, _note_interrupt)  # Ctrl-C while importing and building: noted
@@ -174,8 +243,8 @@ def run(
             if _INTERRUPTS:
                 raise KeyboardInterrupt
             out = check_out_folder(out if out is not None else Path("runs") / config_hash(cfg))
-            with progress_bar("simulating") as progress:
-                progress = _raising_noted_interrupts(progress)
+            with progress_report("run", "building") as report:
+                progress = _raising_noted_interrupts(snapshot_stages(report))
                 result = run_simulation(cfg, out, progress=progress, resume=resume, overwrite=overwrite)
     except KeyboardInterrupt as stop:
         if getattr(stop, "out_dir", None) is None:  # not a RunInterrupted: before the run claimed its folder
@@ -199,7 +268,7 @@ def run(
 
 
 @app.command()
-def plot(run_dir: Annotated[Path, typer.Argument(help="A run folder.")]) -> None:
+def plot(run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="A run folder.")]) -> None:
     """Redraw the figures of a run folder from its stored trajectory."""
     from attnflow.workflows.run import replot
 
@@ -211,16 +280,21 @@ def plot(run_dir: Annotated[Path, typer.Argument(help="A run folder.")]) -> None
 
 @app.command()
 def animate(
-    run_dir: Annotated[Path, typer.Argument(help="A run folder.")],
+    run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="A run folder.")],
     out: Annotated[
         Path | None,
-        typer.Option(help="The animation: .gif, or .mp4 where ffmpeg exists (default RUN_DIR/movie.gif)."),
+        typer.Option(
+            metavar="FILE",
+            help="The animation: .gif, or .mp4 where ffmpeg exists (default RUN_DIR/movie.gif).",
+        ),
     ] = None,
-    viewer_only: Annotated[bool, typer.Option("--viewer-only", help="Write only viewer.html.")] = False,
-    fps: Annotated[int, typer.Option(help="Frames per second of the animation.")] = 12,
-    max_tokens: Annotated[int, typer.Option(help="Tokens shown (an even subsample).")] = 1000,
+    viewer_only: Annotated[
+        bool, typer.Option("--viewer-only", metavar="", help="Write only viewer.html.")
+    ] = False,
+    fps: Annotated[int, typer.Option(metavar="N", help="Frames per second of the animation.")] = 12,
+    max_tokens: Annotated[int, typer.Option(metavar="N", help="Tokens shown (an even subsample).")] = 1000,
     max_frames: Annotated[
-        int, typer.Option(help="Snapshots shown (an even subsample, ends included).")
+        int, typer.Option(metavar="N", help="Snapshots shown (an even subsample, ends included).")
     ] = 100,
 ) -> None:
     """Animate a run: viewer.html (rotatable 3-D view with a time slider, offline) and a GIF/MP4 of
@@ -237,16 +311,28 @@ def animate(
 
 @app.command()
 def reproduce(
-    quick: Annotated[bool, typer.Option("--quick", help="Fewer sizes and seeds (what CI runs).")] = False,
-    only: Annotated[str | None, typer.Option(help="Comma-separated experiment ids, e.g. E1,E3.")] = None,
-    out: Annotated[Path, typer.Option(help="Report folder.")] = Path("results/reproduce"),
-    sizes: Annotated[str | None, typer.Option(hidden=True, help="Testing: token counts, e.g. 32,64.")] = None,
-    seeds: Annotated[int | None, typer.Option(hidden=True, help="Testing: first k seeds only.")] = None,
-    workers: Annotated[int | None, typer.Option(hidden=True, help="Processes (default <= 2).")] = None,
+    quick: Annotated[
+        bool, typer.Option("--quick", metavar="", help="Fewer sizes and seeds (what CI runs).")
+    ] = False,
+    only: Annotated[
+        str | None, typer.Option(metavar="IDS", help="Comma-separated experiment ids, e.g. E1,E3.")
+    ] = None,
+    out: Annotated[Path, typer.Option(metavar="DIR", help="Report folder.")] = Path("results/reproduce"),
+    sizes: Annotated[
+        str | None, typer.Option(hidden=True, metavar="N,N,...", help="Testing: token counts, e.g. 32,64.")
+    ] = None,
+    seeds: Annotated[
+        int | None, typer.Option(hidden=True, metavar="K", help="Testing: first k seeds only.")
+    ] = None,
+    workers: Annotated[
+        int | None, typer.Option(hidden=True, metavar="N", help="Processes (default <= 2).")
+    ] = None,
     set_: Annotated[
         list[str],
         typer.Option(
-            "--set", help="Override of every simulated run, e.g. solver.interaction=expansion (repeatable)."
+            "--set",
+            metavar=SET,
+            help="Override of every simulated run, e.g. solver.interaction=expansion (repeatable).",
         ),
     ] = [],  # noqa: B006
 ) -> None:
@@ -262,10 +348,10 @@ def reproduce(
         ids, token_counts = parse_only(only), parse_sizes(sizes)
         apply_overrides({}, set_)  # malformed --set values, before any experiment is read
         check_out_folder(out)
-        with progress_bar("reproducing") as progress:
+        with progress_report("reproduce", "compiling") as report:
             options = dict(quick=quick, only=ids, sizes=token_counts, n_seeds=seeds, workers=workers)
             options.update(overrides=tuple(set_))
-            outcome = run_reproduce(out, **options, progress=progress)
+            outcome = run_reproduce(out, **options, progress=job_stages(report))
     stdout.print(summary_table(outcome))
     for line in failure_lines(outcome):
         say(line)
@@ -276,19 +362,33 @@ def reproduce(
 
 @app.command()
 def realize(
-    target: Annotated[Path, typer.Option(help="Target (.npy): sphere (n,d) unit rows; orbit (n,) angles.")],
-    kind: Annotated[
-        str, typer.Option(help="'sphere' (gauge-level realisation) or 'orbit' (one RoPE orbit).")
+    target: Annotated[
+        Path, typer.Option(metavar="FILE", help="Target (.npy): sphere (n,d) unit rows; orbit (n,) angles.")
     ],
-    n: Annotated[int | None, typer.Option(help="Tokens (orbit: default the sample count).")] = None,
-    out: Annotated[Path | None, typer.Option(help="Run folder (default runs/realize-<kind>-<name>).")] = None,
-    seed: Annotated[int, typer.Option(min=0, max=SEED_MAX, help="Seed of the initial data.")] = 0,
-    t_end: Annotated[float, typer.Option(callback=_positive, help="Final time τ (> 0).")] = 40.0,
+    kind: Annotated[
+        str,
+        typer.Option(
+            metavar="sphere|orbit", help="'sphere' (gauge-level realisation) or 'orbit' (one RoPE orbit)."
+        ),
+    ],
+    n: Annotated[
+        int | None, typer.Option(metavar="N", help="Tokens (orbit: default the sample count).")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(metavar="DIR", help="Run folder (default runs/realize-<kind>-<name>).")
+    ] = None,
+    seed: Annotated[
+        int, typer.Option(min=0, max=SEED_MAX, metavar="SEED", help="Seed of the initial data.")
+    ] = 0,
+    t_end: Annotated[
+        float, typer.Option(callback=_positive, metavar="TAU", help="Final time τ (> 0).")
+    ] = 40.0,
     mode: Annotated[
         str,
         typer.Option(
+            metavar="a-priori|exact",
             help="'a-priori' (gauges fixed before the run) or 'exact' (the gauge frame simulated "
-            "first, the gauges chosen from the consensus it reaches: realised to round-off)."
+            "first, the gauges chosen from the consensus it reaches: realised to round-off).",
         ),
     ] = "a-priori",
 ) -> None:
@@ -300,7 +400,7 @@ def realize(
     enable_persistent_cache()
     with user_errors():
         out = check_out_folder(out if out is not None else Path("runs") / f"realize-{kind}-{target.stem}")
-        with progress_bar("realising") as bar:
+        with progress_report("realize", "simulating") as bar:
             result = run_realisation(
                 target, kind=kind, n=n, out=out, seed=seed, t_end=t_end, mode=mode, progress=bar
             )
@@ -312,37 +412,49 @@ def realize(
 
 @app.command()
 def sweep(
-    config: Annotated[Path, typer.Argument(help="Base TOML config file.")],
+    config: Annotated[Path, typer.Argument(metavar="CONFIG", help="Base TOML config file.")],
     grid: Annotated[
         list[str],
         typer.Option(
             "--grid",
+            metavar="KEY=V1,V2,...",
             help="Axis key=v1,v2,... (repeat for a Cartesian product); lists in brackets: "
             "gauge.frequencies='[1.0],[0.5,0.25]'.",
         ),
     ],
-    out: Annotated[Path, typer.Option(help="Sweep folder (runs/<hash>/, results.parquet, results.csv).")],
-    set_: Annotated[list[str], typer.Option("--set", help="Override of the base, e.g. model.n=128.")] = [],  # noqa: B006
+    out: Annotated[
+        Path, typer.Option(metavar="DIR", help="Sweep folder (runs/<hash>/, results.parquet, results.csv).")
+    ],
+    set_: Annotated[
+        list[str], typer.Option("--set", metavar=SET, help="Override of the base, e.g. model.n=128.")
+    ] = [],  # noqa: B006
     scheduler: Annotated[
         str | None,
         typer.Option(
+            metavar="ADDRESS",
             help="Existing Dask scheduler: tcp://host:port, tls://host:port or a scheduler file. A "
             "scheduler is trusted with code execution: it runs code as you and its results are "
             "unpickled here, so use only one you control. (Without it, a local cluster with private "
-            "TLS credentials.)"
+            "TLS credentials.)",
         ),
     ] = None,
     tls_ca_file: Annotated[
-        Path | None, typer.Option(help="With --scheduler: the CA file of the cluster's TLS certificates.")
+        Path | None,
+        typer.Option(metavar="FILE", help="With --scheduler: the CA file of the cluster's TLS certificates."),
     ] = None,
     tls_cert: Annotated[
-        Path | None, typer.Option(help="With --scheduler: this client's TLS certificate.")
+        Path | None, typer.Option(metavar="FILE", help="With --scheduler: this client's TLS certificate.")
     ] = None,
     tls_key: Annotated[
-        Path | None, typer.Option(help="With --scheduler: the key of --tls-cert (if not in that file).")
+        Path | None,
+        typer.Option(metavar="FILE", help="With --scheduler: the key of --tls-cert (if not in that file)."),
     ] = None,
-    workers: Annotated[int | None, typer.Option(help="Local worker processes (default: 1 per core).")] = None,
-    yes: Annotated[bool, typer.Option("--yes", help="Run a grid of more than 1000 points.")] = False,
+    workers: Annotated[
+        int | None, typer.Option(metavar="N", help="Local worker processes (default: 1 per core).")
+    ] = None,
+    yes: Annotated[
+        bool, typer.Option("--yes", metavar="", help="Run a grid of more than 1000 points.")
+    ] = False,
 ) -> None:
     """Run a resumable Cartesian sweep on Dask distributed (finished points are skipped)."""
     from attnflow.io.config import load_config
@@ -368,7 +480,7 @@ def sweep(
             check_scheduler(scheduler)
         axes = [parse_grid(spec) for spec in grid]
         plan = plan_sweep(load_config(config, set_), axes, max_points=None if yes else MAX_POINTS)
-        with progress_bar("sweep") as progress:
+        with progress_report("sweep", "simulating") as progress:
             summary = run_sweep(plan, out, scheduler=scheduler, workers=workers, progress=progress, tls=tls)
     for message, count in summary.warnings.items():
         say(f"warning ({count} points): {message}")
@@ -384,14 +496,22 @@ def sweep(
 
 @app.command()
 def phase(
-    sweep_dir: Annotated[Path, typer.Argument(help="A sweep folder (with results.parquet).")],
-    x: Annotated[str, typer.Option("--x", help="Column on the x axis, e.g. model.beta.")],
-    y: Annotated[str, typer.Option("--y", help="Column on the y axis, e.g. model.n.")],
-    metric: Annotated[
-        str, typer.Option(help="Column (mean per cell; text: most frequent) or NAME OP VALUE: n_clusters>=2.")
+    sweep_dir: Annotated[
+        Path, typer.Argument(metavar="SWEEP_DIR", help="A sweep folder (with results.parquet).")
     ],
-    out: Annotated[Path | None, typer.Option(help="PNG (default DIR/figures/phase_<metric>.png).")] = None,
-    title: Annotated[str | None, typer.Option(help="Figure title.")] = None,
+    x: Annotated[str, typer.Option("--x", metavar="KEY", help="Column on the x axis, e.g. model.beta.")],
+    y: Annotated[str, typer.Option("--y", metavar="KEY", help="Column on the y axis, e.g. model.n.")],
+    metric: Annotated[
+        str,
+        typer.Option(
+            metavar="METRIC",
+            help="Column (mean per cell; text: most frequent) or NAME OP VALUE: n_clusters>=2.",
+        ),
+    ],
+    out: Annotated[
+        Path | None, typer.Option(metavar="FILE", help="PNG (default DIR/figures/phase_<metric>.png).")
+    ] = None,
+    title: Annotated[str | None, typer.Option(metavar="TEXT", help="Figure title.")] = None,
 ) -> None:
     """Draw a phase diagram of a sweep: a metric over two grid keys, averaged over the others."""
     from attnflow.viz.phase import write_phase_figure
@@ -404,13 +524,23 @@ def phase(
 @app.command()
 def landscape(
     config: Annotated[
-        Path, typer.Argument(help="TOML config file (its kernel; its solver flows the starts).")
+        Path,
+        typer.Argument(metavar="CONFIG", help="TOML config file (its kernel; its solver flows the starts)."),
     ],
-    out: Annotated[Path, typer.Option(help="Folder: states.csv, states.npz, landscape.json (+ branches).")],
-    set_: Annotated[list[str], typer.Option("--set", help="Override, e.g. model.beta=3.")] = [],  # noqa: B006
-    starts: Annotated[int, typer.Option(min=0, help="Random starts besides the closed-form candidates.")] = 8,
+    out: Annotated[
+        Path, typer.Option(metavar="DIR", help="Folder: states.csv, states.npz, landscape.json (+ branches).")
+    ],
+    set_: Annotated[list[str], typer.Option("--set", metavar=SET, help="Override, e.g. model.beta=3.")] = [],  # noqa: B006
+    starts: Annotated[
+        int, typer.Option(min=0, metavar="N", help="Random starts besides the closed-form candidates.")
+    ] = 8,
     continue_: Annotated[
-        str | None, typer.Option("--continue", help="Follow every state in a parameter: beta=0.5:5:0.1.")
+        str | None,
+        typer.Option(
+            "--continue",
+            metavar="KEY=START:STOP:STEP",
+            help="Follow every state in a parameter: beta=0.5:5:0.1.",
+        ),
     ] = None,
 ) -> None:
     """Find the stationary states of the energy (Newton), their Morse index (Lanczos), branches."""

@@ -2,10 +2,12 @@
 and exit code 130, never a traceback.
 
 It lives outside the ``attnflow`` package on purpose: importing any module of the package first
-runs ``attnflow/__init__.py``, which imports JAX (seconds), and a handler installed after that
-would leave those seconds unguarded. Here the handler is in place before the first ``attnflow``
-import; once the command line is imported, SIGINT raises ``KeyboardInterrupt`` again and each
-command handles it (``attnflow run`` records ``interrupted`` and says how to resume).
+runs ``attnflow/__init__.py``, and a handler installed after that would leave the interpreter's
+imports unguarded. Here the handler is in place before the first ``attnflow`` import (the command
+line itself imports no JAX: each command imports what it needs when it runs); once the command
+line is imported, SIGINT raises ``KeyboardInterrupt`` again and each command handles it
+(``attnflow run`` notes it while it imports JAX and builds, records ``interrupted`` once running,
+and says how to resume).
 """
 
 import os

@@ -39,7 +39,8 @@ from attnflow.viz import plotting
 from attnflow.viz.law import write_law_figure
 from attnflow.workflows.build import build
 
-Progress = Callable[[int, int], None]
+Progress = Callable[[int, int], None]  # (snapshots stored, snapshots in all); the first call comes
+# before the solve compiles its program, the last (done == total) before the figures are drawn
 
 SCATTER_LIMIT = 8192  # above this n the state figures draw an evenly spaced subsample of tokens
 LAW_LIMIT = 8192  # above this n the run also draws the empirical law (law.png, attnflow.viz.law)
@@ -365,6 +366,8 @@ def _run_in_folder(config, sim, out_dir: Path, resolved: dict, *, resume: bool, 
                         progress(k + 1, n_snapshots)
 
             if first + 1 < n_snapshots:
+                if resume and progress is not None:  # the stored snapshots, reported before the solve
+                    progress(first + 1, n_snapshots)  # compiles (a fresh run reports x0 first)
                 statistics = solve_streaming(
                     sim.field,
                     x0,

@@ -1,0 +1,109 @@
+"""Progress of the long commands: off a terminal (CliRunner, CI, a SLURM log) plain lines with a
+stage label, a count and the elapsed time, one per stage and per tenth; on a terminal a rich bar
+whose count stays blank, never ``0/None``, until the total is known."""
+
+import io
+import re
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from attnflow import cli
+from attnflow.cli import app
+from configs import small_toml
+
+LINE = re.compile(r"^(\w+): (compiling|simulating|drawing)(?: (\d+)/(\d+) \((\d+)%\))? \[(\d+\.\d) s\]$")
+
+
+def progress_lines(output: str, command: str) -> list[re.Match]:
+    """The progress lines of ``command`` in ``output``, each checked against the one format."""
+    lines = [line for line in output.splitlines() if line.startswith(f"{command}: ")]
+    matches = [LINE.match(line) for line in lines]
+    assert all(matches), lines
+    return matches
+
+
+def check_lines(matches: list[re.Match]) -> None:
+    """Counts and times never go back; the last line is the drawing at 100 %; one line for the first
+    call, then at most one per stage change and per tenth."""
+    counts = [int(m[3]) for m in matches if m[3]]
+    times = [float(m[6]) for m in matches]
+    assert counts == sorted(counts) and times == sorted(times)
+    assert matches[-1][2] == "drawing" and matches[-1][3] == matches[-1][4]
+    assert len(matches) <= 10 + 4
+
+
+def test_run_off_a_terminal_prints_stage_lines(tmp_path):
+    config = tmp_path / "small.toml"
+    config.write_text(small_toml())
+    result = CliRunner().invoke(app, ["run", str(config), "--out", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    matches = progress_lines(result.stdout, "run")
+    stages = list(dict.fromkeys(m[2] for m in matches))
+    assert stages == ["compiling", "simulating", "drawing"], result.stdout
+    assert matches[0][3] == "1"  # the initial state is stored before the solve compiles
+    check_lines(matches)
+    assert result.stderr == ""  # stderr keeps to errors and warnings
+
+
+def test_reproduce_off_a_terminal_prints_stage_lines(tmp_path):
+    args = ["reproduce", "--quick", "--only", "E0", "--seeds", "1", "--out", str(tmp_path / "report")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    matches = progress_lines(result.stdout, "reproduce")
+    assert [m[2] for m in matches[:-1]] == ["simulating"] * (len(matches) - 1), result.stdout
+    check_lines(matches)
+
+
+def test_a_call_before_any_job_finished_reads_compiling(tmp_path, monkeypatch):
+    """A reproduce that reports its total before the first job finishes (as it plans its jobs)."""
+    from attnflow.workflows import reproduce as reproduce_module
+
+    def fake(out_dir, *, progress, **options):  # noqa: ARG001
+        for done in range(5):
+            progress(done, 4)
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(reproduce_module, "reproduce", fake)
+    result = CliRunner().invoke(app, ["reproduce", "--out", str(tmp_path / "report")])
+    assert result.exit_code == 2
+    lines = [re.sub(r" \[\d+\.\d s\]$", "", line) for line in result.stdout.splitlines()]
+    assert lines == [
+        "reproduce: compiling 0/4 (0%)",
+        "reproduce: simulating 1/4 (25%)",
+        "reproduce: simulating 2/4 (50%)",
+        "reproduce: simulating 3/4 (75%)",
+        "reproduce: drawing 4/4 (100%)",
+    ]
+    assert result.stderr == "error: stop here\n"
+
+
+def test_bad_input_stays_one_line(tmp_path):
+    config = tmp_path / "small.toml"
+    config.write_text(small_toml())
+    result = CliRunner().invoke(
+        app, ["run", str(config), "--out", str(tmp_path / "run"), "--set", "model.n=-3"]
+    )
+    assert result.exit_code == 2 and len(result.output.splitlines()) == 1, result.output
+
+
+@pytest.mark.parametrize(
+    ("stages", "first"), [(cli.snapshot_stages, "compiling"), (cli.job_stages, "simulating")]
+)
+def test_on_a_terminal_the_bar_never_reads_none(monkeypatch, stages, first):
+    screen = io.StringIO()
+    monkeypatch.setattr(cli, "stderr", Console(file=screen, force_terminal=True, width=100))
+    with cli.progress_report("run", "building") as report:
+        report.bar.refresh()
+        assert "run: building" in screen.getvalue()  # the stage before the total is known
+        call = stages(report)
+        call(1, 10)
+        report.bar.refresh()
+        assert f"run: {first}" in screen.getvalue() and "1/10 (10%)" in screen.getvalue()
+        for done in range(2, 11):
+            call(done, 10)
+            report.bar.refresh()
+    shown = screen.getvalue()
+    assert "None" not in shown and "10/10 (100%)" in shown
+    assert "run: simulating" in shown and "run: drawing" in shown
