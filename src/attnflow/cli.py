@@ -78,6 +78,7 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _options(
+    ctx: typer.Context,
     version: Annotated[
         bool,
         typer.Option(
@@ -86,6 +87,11 @@ def _options(
     ] = False,
 ) -> None:
     """Mean-field self-attention dynamics with frozen auxiliary variables."""
+    # Ctrl-C is the command's from here (the console entry guarded the start-up until now): `run`
+    # notes it while it builds, the other commands receive KeyboardInterrupt.
+    signal.signal(
+        signal.SIGINT, _note_interrupt if ctx.invoked_subcommand == "run" else signal.default_int_handler
+    )
 
 
 def _positive(value: float) -> float:

@@ -4,8 +4,8 @@ and exit code 130, never a traceback.
 It lives outside the ``attnflow`` package on purpose: importing any module of the package first
 runs ``attnflow/__init__.py``, and a handler installed after that would leave the interpreter's
 imports unguarded. Here the handler is in place before the first ``attnflow`` import (the command
-line itself imports no JAX: each command imports what it needs when it runs); once the command
-line is imported, SIGINT raises ``KeyboardInterrupt`` again and each command handles it
+line itself imports no JAX: each command imports what it needs when it runs); the command line's
+callback then hands SIGINT to the command, which handles it
 (``attnflow run`` notes it while it imports JAX and builds, records ``interrupted`` once running,
 and says how to resume).
 """
@@ -28,5 +28,4 @@ def main() -> None:
     signal.signal(signal.SIGINT, _interrupted_while_starting)
     from attnflow.cli import main as cli_main  # after the handler: the point of this module
 
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    sys.exit(cli_main())
+    sys.exit(cli_main())  # the command line's callback hands Ctrl-C to the command
