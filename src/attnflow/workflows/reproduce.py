@@ -336,7 +336,8 @@ def reproduce(
     start = time.perf_counter()
     out_dir = Path(out_dir)
     experiments = load_experiments(only)
-    plan(experiments, quick=quick, sizes=sizes, n_seeds=n_seeds, overrides=overrides)  # bad input first
+    for job in plan(experiments, quick=quick, sizes=sizes, n_seeds=n_seeds, overrides=overrides):
+        job.units()  # bad input (an experiment file, an override) is refused before the folder is touched
     workers = default_workers(quick=quick) if workers is None else workers
     if workers < 1:
         raise ValueError(f"reproduce: `--workers` must be a positive number of processes; got {workers!r}.")
