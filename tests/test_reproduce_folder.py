@@ -232,3 +232,20 @@ def test_sigint_after_the_first_experiment_exits_130_with_one_line(tmp_path):
         f"--out {out} --resume` continues"
     ]
     assert sorted(p.name for p in (out / "experiments").iterdir()) == ["E0.json", "E0.npz"]
+
+
+def test_resume_runs_again_an_experiment_that_ended_in_an_error(tmp_path, ran, monkeypatch):
+    out = tmp_path / "rep"
+    run_job = reproduce.run_job
+
+    def broken(job, tick):
+        run_job(job, tick)  # counted
+        return JobResult(job.experiment.id, job.variant.name, job.label, job.n, job.seeds, "error", "boom")
+
+    monkeypatch.setattr(reproduce, "run_job", broken)
+    assert invoke("--only", "E0", "--out", str(out)).exit_code == 1  # its expectations fail
+    monkeypatch.setattr(reproduce, "run_job", run_job)
+    assert invoke("--only", "E0", "--out", str(out), "--resume").exit_code in (0, 1)
+    assert ran == ["E0", "E0"]
+    (run,) = json.loads((out / "results.json").read_text())["experiments"]["E0"]["runs"]
+    assert run["status"] == "ok"

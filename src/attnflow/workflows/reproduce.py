@@ -22,6 +22,11 @@ value an expectation can name (:mod:`attnflow.workflows.reproduce_measure`,
 - Realisation experiments (``kind = "realize_orbit" | "realize_sphere"``) are batched too: one
   construction with the seeds' initial data stacked, one
   :func:`~attnflow.workflows.realize.realize_batch` call (each seed bitwise as if run alone).
+- The folder (:mod:`attnflow.io.reproduce_folder`): a new or empty one, or with ``resume`` /
+  ``overwrite`` an earlier reproduce folder (never one holding other files). Each experiment is
+  recorded there as soon as its jobs have finished, so that Ctrl-C (:class:`ReproduceInterrupted`)
+  loses only the experiments still running; ``resume`` runs the experiments not yet recorded,
+  with the settings of the folder's run, and the report covers every recorded experiment.
 - The analytic factors are evaluated once as a matrix for the dense interaction
   (:func:`_with_factor_matrix`, the factor's ``tabulated``): same values, a cheaper step.
 """
@@ -343,15 +348,16 @@ def reproduce(
         raise ValueError(f"reproduce: `--workers` must be a positive number of processes; got {workers!r}.")
     settings = reproduce_folder.make_settings(quick=quick, sizes=sizes, n_seeds=n_seeds, overrides=overrides)
     reproduce_folder.check_folder(out_dir, settings, resume=resume, overwrite=overwrite)
-    reproduce_folder.prepare_folder(out_dir, settings, overwrite=overwrite)
-    records = {eid: record for eid, record in reproduce_folder.read_records(out_dir).items()
-               if all(job.status != "error" for job in record[0])}  # fmt: skip  # an error runs again
     order = {eid: k for k, eid in enumerate(experiment_ids())}
 
     def in_order(ids) -> list[str]:
         return sorted(ids, key=lambda eid: (order.get(eid, len(order)), eid))
 
+    records: dict[str, reproduce_folder.Record] = {}
     try:
+        reproduce_folder.prepare_folder(out_dir, settings, overwrite=overwrite)
+        records.update((eid, record) for eid, record in reproduce_folder.read_records(out_dir).items()
+                       if all(job.status != "error" for job in record[0]))  # fmt: skip  # an error runs again
         missing = [e for e in experiments if e.id not in records]
         options = dict(quick=quick, sizes=sizes, n_seeds=n_seeds, overrides=overrides)
         _run_missing(out_dir, missing, records, progress, workers=workers, **options)
