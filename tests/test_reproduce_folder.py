@@ -249,3 +249,28 @@ def test_resume_runs_again_an_experiment_that_ended_in_an_error(tmp_path, ran, m
     assert ran == ["E0", "E0"]
     (run,) = json.loads((out / "results.json").read_text())["experiments"]["E0"]["runs"]
     assert run["status"] == "ok"
+
+
+def test_ctrl_c_while_the_report_is_written_leaves_no_half_report(tmp_path, monkeypatch):
+    from attnflow.viz import report
+
+    out = tmp_path / "rep"
+
+    def half(out_dir, outcome):
+        (out_dir / "figures").mkdir()
+        (out_dir / "figures" / "comparison.png").write_bytes(b"half")
+        (out_dir / "results.json").write_text("{}")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report, "write_report", half)
+    result = invoke("--only", "E0", "--out", str(out))
+    assert result.exit_code == 130 and lines(result.output)[0].startswith("interrupted: E0 kept in ")
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == [
+        reproduce_folder.MARKER,
+        "experiments",
+        "experiments/E0.json",
+        "experiments/E0.npz",
+    ]
+    monkeypatch.undo()
+    assert invoke("--only", "E0", "--out", str(out), "--resume").exit_code in (0, 1)
+    assert reported(out) == ["E0"] and (out / "report.html").is_file()

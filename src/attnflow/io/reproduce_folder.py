@@ -16,14 +16,15 @@
   ``ValueError``, with one line; writes nothing);
 - :func:`prepare_folder`: clear (``overwrite``) and remove the earlier report, write the marker;
 - :func:`write_record`, :func:`read_records`: one experiment's results;
-- :func:`note_report`: record the report's files in the marker.
+- :func:`write_report`: write the report and record its files in the marker (a report that did
+  not finish is removed).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +40,10 @@ __all__ = [
     "Record",
     "check_folder",
     "make_settings",
-    "note_report",
     "prepare_folder",
     "read_records",
     "write_record",
+    "write_report",
 ]
 
 MARKER = ".attnflow-reproduce"
@@ -153,9 +154,18 @@ def prepare_folder(out_dir: str | os.PathLike, settings: dict[str, Any], *, over
     write_json(out_dir / MARKER, {"format": FORMAT, "settings": settings, "report": []})
 
 
-def note_report(out_dir: str | os.PathLike, paths: Iterable[Path]) -> None:
-    """Record the report's files in the marker (so that they can be cleared, and no others)."""
+def write_report(out_dir: str | os.PathLike, write: Callable[[], Iterable[Path]]) -> None:
+    """Run ``write()`` (which writes the report into ``out_dir`` and returns its files) and record
+    those files in the marker, so that they can be cleared, and no others. If ``write`` does not
+    finish (Ctrl-C included), the files it had written are removed: no half report is left to
+    present itself as the run's."""
     out_dir = Path(out_dir)
+    before = {p for p in out_dir.rglob("*") if p.is_file()}
+    try:
+        paths = list(write())
+    except BaseException:
+        _remove([p for p in out_dir.rglob("*") if p.is_file() and p not in before], out_dir)
+        raise
     marker = _marker(out_dir) or {}
     marker["report"] = sorted(str(Path(p).relative_to(out_dir)) for p in paths)
     write_json(out_dir / MARKER, marker)

@@ -366,7 +366,7 @@ def reproduce(
         jobs = [job for eid in ids for job in records[eid][0]]
         rows = [row for eid in ids for row in records[eid][1]]
         outcome = Outcome(shown, jobs, rows, quick, time.perf_counter() - start)
-        reproduce_folder.note_report(out_dir, report.write_report(out_dir, outcome))
+        reproduce_folder.write_report(out_dir, lambda: report.write_report(out_dir, outcome))
     except KeyboardInterrupt:
         raise ReproduceInterrupted(out_dir, in_order(records)) from None
     outcome.wall_s = time.perf_counter() - start
