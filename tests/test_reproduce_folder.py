@@ -2,6 +2,7 @@
 overwritten; each experiment is recorded as it finishes; ``--resume`` runs only what is missing;
 Ctrl-C says in one line what was kept."""
 
+import fcntl
 import json
 import os
 import signal
@@ -274,3 +275,19 @@ def test_ctrl_c_while_the_report_is_written_leaves_no_half_report(tmp_path, monk
     monkeypatch.undo()
     assert invoke("--only", "E0", "--out", str(out), "--resume").exit_code in (0, 1)
     assert reported(out) == ["E0"] and (out / "report.html").is_file()
+
+
+def test_a_folder_another_reproduce_is_writing_is_refused(tmp_path):
+    out = tmp_path / "rep"
+    out.mkdir()
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running reproduce holds it
+        result = invoke("--only", "E0", "--out", str(out))
+    finally:
+        os.close(fd)
+    assert result.exit_code == 2
+    assert lines(result.output) == [
+        f"error: --out: {str(out)!r} must not be in use; got a folder another reproduce is writing now."
+    ]
+    assert list(out.iterdir()) == []

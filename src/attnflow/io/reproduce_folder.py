@@ -14,6 +14,7 @@
 
 - :func:`check_folder`: may reproduce write into ``DIR`` (raises :class:`OutFolderError`, a
   ``ValueError``, with one line; writes nothing);
+- :func:`claimed`: the same check, then the folder held against a second reproduce;
 - :func:`prepare_folder`: clear (``overwrite``) and remove the earlier report, write the marker;
 - :func:`write_record`, :func:`read_records`: one experiment's results;
 - :func:`write_report`: write the report and record its files in the marker (a report that did
@@ -22,9 +23,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +42,7 @@ __all__ = [
     "RECORDS",
     "Record",
     "check_folder",
+    "claimed",
     "make_settings",
     "prepare_folder",
     "read_records",
@@ -112,6 +116,29 @@ def check_folder(
                 f"--resume: the settings must be those of the run in {str(out_dir)!r}; got {what}. "
                 "Pass --overwrite to start again."
             )
+
+
+@contextlib.contextmanager
+def claimed(
+    out_dir: str | os.PathLike, settings: dict[str, Any], *, resume: bool, overwrite: bool
+) -> Iterator[None]:
+    """:func:`check_folder`, then hold ``out_dir`` for the body: a second reproduce into the same
+    folder meanwhile is refused (the lock dies with the process, SIGKILL included)."""
+    out_dir = Path(out_dir)
+    check_folder(out_dir, settings, resume=resume, overwrite=overwrite)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out_dir, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OutFolderError(
+                f"--out: {str(out_dir)!r} must not be in use; got a folder another reproduce is writing now."
+            ) from None
+        check_folder(out_dir, settings, resume=resume, overwrite=overwrite)  # as it is now, held
+        yield
+    finally:
+        os.close(fd)
 
 
 def _own_paths(out_dir: Path, marker: dict[str, Any]) -> list[Path]:

@@ -347,28 +347,29 @@ def reproduce(
     if workers < 1:
         raise ValueError(f"reproduce: `--workers` must be a positive number of processes; got {workers!r}.")
     settings = reproduce_folder.make_settings(quick=quick, sizes=sizes, n_seeds=n_seeds, overrides=overrides)
-    reproduce_folder.check_folder(out_dir, settings, resume=resume, overwrite=overwrite)
     order = {eid: k for k, eid in enumerate(experiment_ids())}
 
     def in_order(ids) -> list[str]:
         return sorted(ids, key=lambda eid: (order.get(eid, len(order)), eid))
 
-    records: dict[str, reproduce_folder.Record] = {}
-    try:
-        reproduce_folder.prepare_folder(out_dir, settings, overwrite=overwrite)
-        records.update((eid, record) for eid, record in reproduce_folder.read_records(out_dir).items()
-                       if all(job.status != "error" for job in record[0]))  # fmt: skip  # an error runs again
-        missing = [e for e in experiments if e.id not in records]
-        options = dict(quick=quick, sizes=sizes, n_seeds=n_seeds, overrides=overrides)
-        _run_missing(out_dir, missing, records, progress, workers=workers, **options)
-        shown = load_experiments(in_order(records))  # a record whose experiment file is gone: left out
-        ids = [e.id for e in shown]
-        jobs = [job for eid in ids for job in records[eid][0]]
-        rows = [row for eid in ids for row in records[eid][1]]
-        outcome = Outcome(shown, jobs, rows, quick, time.perf_counter() - start)
-        reproduce_folder.write_report(out_dir, lambda: report.write_report(out_dir, outcome))
-    except KeyboardInterrupt:
-        raise ReproduceInterrupted(out_dir, in_order(records)) from None
+    with reproduce_folder.claimed(out_dir, settings, resume=resume, overwrite=overwrite):
+        records: dict[str, reproduce_folder.Record] = {}
+        try:
+            reproduce_folder.prepare_folder(out_dir, settings, overwrite=overwrite)
+            for eid, record in reproduce_folder.read_records(out_dir).items():
+                if all(job.status != "error" for job in record[0]):  # an experiment in error runs again
+                    records[eid] = record
+            missing = [e for e in experiments if e.id not in records]
+            options = dict(quick=quick, sizes=sizes, n_seeds=n_seeds, overrides=overrides)
+            _run_missing(out_dir, missing, records, progress, workers=workers, **options)
+            shown = load_experiments(in_order(records))  # a record whose experiment file is gone: left out
+            ids = [e.id for e in shown]
+            jobs = [job for eid in ids for job in records[eid][0]]
+            rows = [row for eid in ids for row in records[eid][1]]
+            outcome = Outcome(shown, jobs, rows, quick, time.perf_counter() - start)
+            reproduce_folder.write_report(out_dir, lambda: report.write_report(out_dir, outcome))
+        except KeyboardInterrupt:
+            raise ReproduceInterrupted(out_dir, in_order(records)) from None
     outcome.wall_s = time.perf_counter() - start
     return outcome
 
