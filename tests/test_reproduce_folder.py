@@ -164,9 +164,16 @@ def test_resume_runs_only_the_missing_experiments_and_reports_them_all(tmp_path,
     assert (out / "experiments" / "E0.json").read_bytes() == record
     assert reported(out) == ["E0", "E7"]
     assert (out / "figures" / "realisation_orbit.png").is_file()
-    # --only E0 with --resume: nothing runs, the report still covers the folder's experiments
+    results, figures = json.loads((out / "results.json").read_text()), snapshot(out / "figures")
+    # --only E0 with --resume: nothing runs, the report still covers the folder's experiments, and
+    # the records redraw it exactly (the figures bitwise; results.json but for the wall time)
     assert invoke("--only", "E0", "--out", str(out), "--resume").exit_code in (0, 1)
     assert ran == ["E0", "E7"] and reported(out) == ["E0", "E7"]
+    again = json.loads((out / "results.json").read_text())
+    assert {k: v for k, v in again.items() if k != "wall_time_s"} == {
+        k: v for k, v in results.items() if k != "wall_time_s"
+    }
+    assert snapshot(out / "figures") == figures
     differs = invoke("--only", "E0", "--seeds", "2", "--out", str(out), "--resume")
     assert differs.exit_code == 2
     assert len(lines(differs.output)) == 1 and "got --seeds 2 (folder: 1)" in differs.output
