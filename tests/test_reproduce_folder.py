@@ -185,11 +185,15 @@ def test_overwrite_clears_only_what_reproduce_wrote_and_leaves_no_stale_figure(t
     assert (out / "figures" / "realisation_orbit.png").is_file()
     (out / "notes.txt").write_text("mine")  # a user's files in the folder survive
     (out / "figures" / "edited.png").write_bytes(b"mine")
+    (out / "experiments" / "notes.txt").write_text("mine")
+    (out / "experiments" / ".E3.npz.0123abcd.tmp").write_bytes(b"")  # left by a killed write
+    (out / ".report.html.0123abcd.tmp").write_bytes(b"")
     result = invoke("--only", "E0", "--out", str(out), "--overwrite")
     assert result.exit_code in (0, 1), result.output
     assert reported(out) == ["E0"]
     assert not (out / "figures" / "realisation_orbit.png").exists()  # E7's figure went with its run
-    assert sorted(p.name for p in (out / "experiments").iterdir()) == ["E0.json", "E0.npz"]
+    assert sorted(p.name for p in (out / "experiments").iterdir()) == ["E0.json", "E0.npz", "notes.txt"]
+    assert not any(p.name.endswith(".tmp") for p in out.rglob("*"))
     assert (out / "notes.txt").read_text() == "mine" and (
         out / "figures" / "edited.png"
     ).read_bytes() == b"mine"

@@ -27,6 +27,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,8 @@ __all__ = [
 MARKER = ".attnflow-reproduce"
 RECORDS = "experiments"
 FORMAT = 1
+TEMPORARY = re.compile(r"\.(.+)\.[0-9a-f]{8}\.tmp")  # attnflow.io.atomic's temporary name of <name>
+RECORD_NAME = re.compile(r"[A-Za-z]+[0-9]+\.(json|npz)")  # experiments/E0.json, experiments/E0.npz
 OPTIONS = {"quick": "--quick", "sizes": "--sizes", "seeds": "--seeds", "overrides": "--set"}
 
 Record = tuple[list[JobResult], list[dict[str, Any]]]  # an experiment's jobs and expectation rows
@@ -71,9 +74,10 @@ def _marker(out_dir: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except (OSError, ValueError):
-        return {}  # a marker a crash left empty: still reproduce's folder
+        data = {}  # a marker a crash left empty: still reproduce's folder
+    return data if isinstance(data, dict) else {}
 
 
 def _shown(key: str, value: Any) -> str:
@@ -144,15 +148,20 @@ def claimed(
 def _own_paths(out_dir: Path, marker: dict[str, Any]) -> list[Path]:
     """Every file reproduce wrote into ``out_dir`` (and temporary files its killed writes left)."""
     report = [out_dir / name for name in marker.get("report", [])]
-    records = sorted((out_dir / RECORDS).glob("*.json")) + sorted((out_dir / RECORDS).glob("*.npz"))
-    own = [*report, *records, out_dir / MARKER]
+    folder = out_dir / RECORDS
+    records = [p for p in (folder.iterdir() if folder.is_dir() else ()) if RECORD_NAME.fullmatch(p.name)]
+    own = [*report, *sorted(records), out_dir / MARKER]
     names = {(p.parent, p.name) for p in own}
-    temporary = [
-        p
-        for folder in {p.parent for p in own} if folder.is_dir()
-        for p in folder.iterdir()
-        if p.name.endswith(".tmp") and any(p.name.startswith(f".{name}.") for f, name in names if f == folder)
-    ]  # fmt: skip
+
+    def written_by_us(path: Path) -> bool:  # a killed atomic write leaves ".<name>.<8 hex>.tmp"
+        match = TEMPORARY.fullmatch(path.name)
+        name = match and match.group(1)
+        return bool(name) and bool(
+            (path.parent, name) in names or (path.parent == folder and RECORD_NAME.fullmatch(name))
+        )
+
+    parents = {p.parent for p in own} | {folder}
+    temporary = [p for parent in parents if parent.is_dir() for p in parent.iterdir() if written_by_us(p)]
     return own + temporary
 
 
