@@ -302,3 +302,17 @@ def test_a_folder_another_reproduce_is_writing_is_refused(tmp_path):
         f"error: --out: {str(out)!r} must not be in use; got a folder another reproduce is writing now."
     ]
     assert list(out.iterdir()) == []
+
+
+def test_ctrl_c_before_the_folder_is_touched_says_nothing_was_written(tmp_path, monkeypatch):
+    from attnflow.workflows import reproduce_plan
+
+    def interrupted(only):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(reproduce_plan, "parse_only", interrupted)
+    out = tmp_path / "rep"
+    result = invoke("--only", "E0", "--out", str(out))
+    assert result.exit_code == 130
+    assert lines(result.output) == ["interrupted before reproduce started: nothing was written."]
+    assert not out.exists()
