@@ -341,23 +341,44 @@ def reproduce(
             help="Override of every simulated run, e.g. solver.interaction=expansion (repeatable).",
         ),
     ] = [],  # noqa: B006
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="Continue the reproduce run in --out (same settings): run only the experiments "
+            "it has not finished, then write the report over all of them.",
+        ),
+    ] = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace the reproduce run in --out (removes only its files).")
+    ] = False,
 ) -> None:
     """Run the paper's experiments E0-E9, check every expectation, write the report."""
-    from attnflow.io.config import apply_overrides
-    from attnflow.numerics.program_cache import enable_persistent_cache
-    from attnflow.viz.report import failure_lines, summary_table
-    from attnflow.workflows.reproduce import reproduce as run_reproduce
-    from attnflow.workflows.reproduce_plan import parse_only, parse_sizes
+    try:
+        from attnflow.io.config import apply_overrides
+        from attnflow.io.reproduce_folder import make_settings
+        from attnflow.numerics.program_cache import enable_persistent_cache
+        from attnflow.viz.report import failure_lines, summary_table
+        from attnflow.workflows.reproduce import reproduce as run_reproduce
+        from attnflow.workflows.reproduce import resume_command
+        from attnflow.workflows.reproduce_plan import parse_only, parse_sizes
 
-    enable_persistent_cache()
-    with user_errors():
-        ids, token_counts = parse_only(only), parse_sizes(sizes)
-        apply_overrides({}, set_)  # malformed --set values, before any experiment is read
-        check_out_folder(out)
-        with progress_report("reproduce", "compiling") as report:
-            options = dict(quick=quick, only=ids, sizes=token_counts, n_seeds=seeds, workers=workers)
-            options.update(overrides=tuple(set_))
-            outcome = run_reproduce(out, **options, progress=job_stages(report))
+        enable_persistent_cache()
+        with user_errors():
+            ids, token_counts = parse_only(only), parse_sizes(sizes)
+            apply_overrides({}, set_)  # malformed --set values, before any experiment is read
+            check_out_folder(out)
+            with progress_report("reproduce", "compiling") as report:
+                options = dict(quick=quick, only=ids, sizes=token_counts, n_seeds=seeds, workers=workers)
+                options.update(overrides=tuple(set_), resume=resume, overwrite=overwrite)
+                outcome = run_reproduce(out, **options, progress=job_stages(report))
+    except KeyboardInterrupt as stop:
+        if getattr(stop, "kept", None) is None:  # not a ReproduceInterrupted: before the folder was touched
+            say("interrupted before reproduce started: nothing was written.")
+        else:
+            settings = make_settings(quick=quick, sizes=token_counts, n_seeds=seeds, overrides=set_)
+            say(f"{stop}; `{resume_command(out, settings, ids)}` continues")
+        raise typer.Exit(code=EXIT_INTERRUPTED) from None
     stdout.print(summary_table(outcome))
     for line in failure_lines(outcome):
         say(line)

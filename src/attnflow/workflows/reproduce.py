@@ -22,6 +22,11 @@ value an expectation can name (:mod:`attnflow.workflows.reproduce_measure`,
 - Realisation experiments (``kind = "realize_orbit" | "realize_sphere"``) are batched too: one
   construction with the seeds' initial data stacked, one
   :func:`~attnflow.workflows.realize.realize_batch` call (each seed bitwise as if run alone).
+- The folder (:mod:`attnflow.io.reproduce_folder`): a new or empty one, or with ``resume`` /
+  ``overwrite`` an earlier reproduce folder (never one holding other files). Each experiment is
+  recorded there as soon as its jobs have finished, so that Ctrl-C (:class:`ReproduceInterrupted`)
+  loses only the experiments still running; ``resume`` runs the experiments not yet recorded,
+  with the settings of the folder's run, and the report covers every recorded experiment.
 - The analytic factors are evaluated once as a matrix for the dense interaction
   (:func:`_with_factor_matrix`, the factor's ``tabulated``): same values, a cheaper step.
 """
@@ -29,8 +34,9 @@ value an expectation can name (:mod:`attnflow.workflows.reproduce_measure`,
 from __future__ import annotations
 
 import dataclasses
+import shlex
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import jax
@@ -40,6 +46,7 @@ import numpy as np
 from attnflow.analysis import metrics, realisation
 from attnflow.analysis.laws import VonMisesMixture, quadrature_cdf, spherical_mixture_samples
 from attnflow.analysis.theory import energy_max
+from attnflow.io import reproduce_folder
 from attnflow.io.config import Config
 from attnflow.io.outcomes import FigureData, JobResult, Outcome
 from attnflow.numerics import batch, program_cache
@@ -47,7 +54,7 @@ from attnflow.numerics.dynamics import make_vector_field
 from attnflow.numerics.solve import solve
 from attnflow.workflows import realize
 from attnflow.workflows.build import Simulation, build, make_initial
-from attnflow.workflows.experiments import evaluate, load_experiments
+from attnflow.workflows.experiments import evaluate, experiment_ids, load_experiments
 from attnflow.workflows.reproduce_measure import (
     householder_frame,
     json_value,
@@ -240,24 +247,65 @@ def default_workers(*, quick: bool = False) -> int:
     return batch.worker_count(2, None, where="reproduce")
 
 
-def run_jobs(jobs: Sequence[Job], tick: Tick, *, workers: int = 1) -> list[JobResult]:
-    """Run the jobs, in this process or in ``workers`` single-threaded processes; there the jobs of
-    one structure (:func:`~attnflow.workflows.reproduce_plan.structure_key`) are one task, and the
-    tasks run longest first (:mod:`attnflow.numerics.batch`); progress then advances per task."""
+def iter_jobs(jobs: Sequence[Job], tick: Tick, *, workers: int = 1) -> Iterator[tuple[int, JobResult]]:
+    """Run the jobs, in this process or in ``workers`` single-threaded processes; yields ``(index,
+    result)`` as each finishes. There the jobs of one structure
+    (:func:`~attnflow.workflows.reproduce_plan.structure_key`) are one task, and the tasks run
+    longest first (:mod:`attnflow.numerics.batch`); progress then advances per task."""
     if workers <= 1 or len(jobs) <= 1:
-        return [run_job(job, tick) for job in jobs]
+        for i, job in enumerate(jobs):
+            yield i, run_job(job, tick)
+        return
     groups: dict[tuple, list[int]] = {}
     for i, job in enumerate(jobs):
         groups.setdefault(structure_key(job), []).append(i)
     order = sorted(groups.values(), key=lambda group: -sum(jobs[i].cost() for i in group))
     cache_folder = jax.config.jax_compilation_cache_dir  # None unless a persistent cache is on
     tasks = [([jobs[i] for i in group], cache_folder) for group in order]
-    results: list[JobResult | None] = [None] * len(jobs)
     for index, done in batch.run_tasks(_run_group, tasks, workers=min(workers, len(tasks))):
-        for i, result in zip(order[index], done, strict=True):
-            results[i] = result
         tick(sum(jobs[i].units() for i in order[index]))
+        yield from zip(order[index], done, strict=True)
+
+
+def run_jobs(jobs: Sequence[Job], tick: Tick, *, workers: int = 1) -> list[JobResult]:
+    """The results of :func:`iter_jobs`, in the order of ``jobs``."""
+    results: list[JobResult | None] = [None] * len(jobs)
+    for i, result in iter_jobs(jobs, tick, workers=workers):
+        results[i] = result
     return results
+
+
+class ReproduceInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped reproduce: the experiments ``kept`` are recorded in ``out_dir``
+    (``reproduce(..., resume=True)`` runs the others and writes the report)."""
+
+    def __init__(self, out_dir: Path, kept: Sequence[str]) -> None:
+        super().__init__(f"interrupted: {id_ranges(kept) or 'no experiment'} kept in {str(out_dir)!r}")
+        self.out_dir, self.kept = out_dir, list(kept)
+
+
+def id_ranges(ids: Sequence[str]) -> str:
+    """``E0-E3, E5`` for ``[E0, E1, E2, E3, E5]`` (ids ``<letters><number>``, in the given order)."""
+    parts: list[list[str]] = []
+    for eid in ids:
+        head, number = eid.rstrip("0123456789"), eid[len(eid.rstrip("0123456789")) :]
+        last = parts[-1][-1] if parts else ""
+        last_head, last_number = last.rstrip("0123456789"), last[len(last.rstrip("0123456789")) :]
+        if parts and number and last_number and head == last_head and int(number) == int(last_number) + 1:
+            parts[-1].append(eid)
+        else:
+            parts.append([eid])
+    return ", ".join(p[0] if len(p) == 1 else f"{p[0]}-{p[-1]}" for p in parts)
+
+
+def resume_command(out_dir: str | Path, settings: dict, only: Sequence[str] | None) -> str:
+    """The command line that continues a reproduce run with ``settings`` into ``out_dir``."""
+    words = ["attnflow", "reproduce"] + (["--quick"] if settings["quick"] else [])
+    words += ["--only", ",".join(only)] if only else []
+    words += ["--sizes", ",".join(map(str, settings["sizes"]))] if settings["sizes"] else []
+    words += ["--seeds", str(settings["seeds"])] if settings["seeds"] is not None else []
+    words += [word for value in settings["overrides"] for word in ("--set", value)]
+    return shlex.join([*words, "--out", str(out_dir), "--resume"])
 
 
 def reproduce(
@@ -270,6 +318,8 @@ def reproduce(
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
     overrides: Sequence[str] = (),
+    resume: bool = False,
+    overwrite: bool = False,
 ) -> Outcome:
     """Run the experiments, evaluate every expectation, write the report into ``out_dir``.
 
@@ -277,12 +327,64 @@ def reproduce(
     for fixed steps of each file's ``dt`` (benchmarks compare it with the files' settings).
 
     ``workers``: processes that run jobs (default :func:`default_workers`; 1 runs everything here).
+
+    The folder (:mod:`attnflow.io.reproduce_folder`): ``out_dir`` must be new or empty, unless
+    ``resume`` (continue the reproduce run there, with the same settings: the experiments it
+    completed are not run again) or ``overwrite`` (remove what reproduce wrote there, nothing
+    else); a folder holding other files is refused (``OutFolderError``, before anything is
+    written). Each experiment is recorded as it finishes; Ctrl-C raises
+    :class:`ReproduceInterrupted` naming those kept. The report covers every experiment recorded
+    in the folder (with ``resume``, those of earlier runs too).
     """
     from attnflow.viz import report  # matplotlib is imported only when a report is written
 
     start = time.perf_counter()
+    out_dir = Path(out_dir)
     experiments = load_experiments(only)
-    jobs = plan(experiments, quick=quick, sizes=sizes, n_seeds=n_seeds, overrides=overrides)
+    for job in plan(experiments, quick=quick, sizes=sizes, n_seeds=n_seeds, overrides=overrides):
+        job.units()  # bad input (an experiment file, an override) is refused before the folder is touched
+    workers = default_workers(quick=quick) if workers is None else workers
+    if workers < 1:
+        raise ValueError(f"reproduce: `--workers` must be a positive number of processes; got {workers!r}.")
+    settings = reproduce_folder.make_settings(quick=quick, sizes=sizes, n_seeds=n_seeds, overrides=overrides)
+    order = {eid: k for k, eid in enumerate(experiment_ids())}
+
+    def in_order(ids) -> list[str]:
+        return sorted(ids, key=lambda eid: (order.get(eid, len(order)), eid))
+
+    with reproduce_folder.claimed(out_dir, settings, resume=resume, overwrite=overwrite):
+        records: dict[str, reproduce_folder.Record] = {}
+        try:
+            reproduce_folder.prepare_folder(out_dir, settings, overwrite=overwrite)
+            for eid, record in reproduce_folder.read_records(out_dir).items():
+                if all(job.status != "error" for job in record[0]):  # an experiment in error runs again
+                    records[eid] = record
+            missing = [e for e in experiments if e.id not in records]
+            options = dict(quick=quick, sizes=sizes, n_seeds=n_seeds, overrides=overrides)
+            _run_missing(out_dir, missing, records, progress, workers=workers, **options)
+            shown = load_experiments(in_order(records))  # a record whose experiment file is gone: left out
+            ids = [e.id for e in shown]
+            jobs = [job for eid in ids for job in records[eid][0]]
+            rows = [row for eid in ids for row in records[eid][1]]
+            outcome = Outcome(shown, jobs, rows, quick, time.perf_counter() - start)
+            reproduce_folder.write_report(out_dir, lambda: report.write_report(out_dir, outcome))
+        except KeyboardInterrupt:
+            raise ReproduceInterrupted(out_dir, in_order(records)) from None
+    outcome.wall_s = time.perf_counter() - start
+    return outcome
+
+
+def _run_missing(
+    out_dir: Path,
+    experiments: Sequence,
+    records: dict,
+    progress: Callable[[int, int], None] | None,
+    *,
+    workers: int,
+    **options,
+) -> None:
+    """Run ``experiments``, recording each in ``out_dir`` (and in ``records``) as it finishes."""
+    jobs = plan(experiments, **options)
     total, done = sum(job.units() for job in jobs), 0
 
     def tick(units: int) -> None:
@@ -291,12 +393,17 @@ def reproduce(
         if progress is not None:
             progress(done, total)
 
-    workers = default_workers(quick=quick) if workers is None else workers
-    if workers < 1:
-        raise ValueError(f"reproduce: `--workers` must be a positive number of processes; got {workers!r}.")
-    results = run_jobs(jobs, tick, workers=workers)
-    rows = [row for e in experiments for row in evaluate(e, [r for r in results if r.experiment == e.id])]
-    outcome = Outcome(experiments, results, rows, quick, time.perf_counter() - start)
-    report.write_report(Path(out_dir), outcome)
-    outcome.wall_s = time.perf_counter() - start
-    return outcome
+    pending = {e.id: sum(job.experiment.id == e.id for job in jobs) for e in experiments}
+    finished: dict[str, list[tuple[int, JobResult]]] = {e.id: [] for e in experiments}
+    for e in experiments:
+        if pending[e.id] == 0:  # nothing to run (e.g. no size left): recorded as is
+            records[e.id] = ([], evaluate(e, []))
+            reproduce_folder.write_record(out_dir, e.id, *records[e.id])
+    for i, result in iter_jobs(jobs, tick, workers=workers):
+        eid = jobs[i].experiment.id
+        finished[eid].append((i, result))
+        if len(finished[eid]) == pending[eid]:
+            results = [r for _, r in sorted(finished[eid], key=lambda item: item[0])]
+            experiment = next(e for e in experiments if e.id == eid)
+            records[eid] = (results, evaluate(experiment, results))
+            reproduce_folder.write_record(out_dir, eid, *records[eid])
