@@ -55,6 +55,7 @@ __all__ = [
     "draw_state",
     "curve_colours",
     "figure_formats",
+    "save_figure",
     "write_comparison_figure",
     "write_run_figures",
     "write_series_figure",
@@ -348,10 +349,11 @@ def _new_figure(width: float, height: float, *, margins: tuple[float, ...] = _LI
     return fig
 
 
-def _state_grid(nrows: int, ncols: int, panel: float) -> Figure:
-    """A figure for ``nrows × ncols`` state panels of ``panel`` inches, each under a two-line title."""
-    width, height = ncols * panel, nrows * (panel + _TITLE_INCHES)
-    fig = _new_figure(width, height, margins=(0.0, 0.0, 0.0, _TITLE_INCHES))
+def _state_grid(nrows: int, ncols: int, panel: float, *, right: float = 0.0) -> Figure:
+    """A figure for ``nrows × ncols`` state panels of ``panel`` inches, each under a two-line title,
+    with ``right`` inches free on the right (for the label of a colour bar)."""
+    width, height = ncols * panel + right, nrows * (panel + _TITLE_INCHES)
+    fig = _new_figure(width, height, margins=(0.0, right, 0.0, _TITLE_INCHES))
     fig.subplots_adjust(wspace=0.02, hspace=_TITLE_INCHES / panel)
     return fig
 
@@ -374,6 +376,12 @@ def figure_formats(formats: Sequence[str] | None = None) -> tuple[str, ...]:
         if key not in chosen:
             chosen.append(key)
     return tuple(chosen)
+
+
+def save_figure(fig: Figure, path: str | os.PathLike[str], formats: Sequence[str] | None = None) -> Path:
+    """Save ``fig`` as the PNG ``path`` (parents created) and in the other requested formats
+    beside it (:func:`figure_formats`). Returns ``Path(path)``."""
+    return _save(fig, Path(path), formats)
 
 
 def _save(fig: Figure, path: Path, formats: Sequence[str] | None = None) -> Path:
@@ -457,7 +465,7 @@ def write_run_figures(
     bar = None if color is None else color_label
 
     rows = [("content", content)] + ([] if gauge is None else [("gauge frame", gauge)])
-    fig = _state_grid(len(rows), 2, _PANEL_INCHES)
+    fig = _state_grid(len(rows), 2, _PANEL_INCHES, right=0.0 if bar is None else 0.35)
     for r, (frame, states) in enumerate(rows):
         for c, (k, t) in enumerate(((0, t0), (-1, t1))):
             panel = f"{head if r == c == 0 else ''}{frame}, t = {t:g}"
@@ -535,9 +543,10 @@ def write_comparison_figure(
         raise ValueError(f"{where}: `ncols` must be None or a positive int; got {ncols!r}.")
     cols = min(cols, len(panels))
     nrows = math.ceil(len(panels) / cols)
-    fig = _state_grid(nrows, cols, _GRID_PANEL_INCHES)
+    bars = any(panel.get("color_label") is not None for panel in panels)
+    fig = _state_grid(nrows, cols, _GRID_PANEL_INCHES, right=0.35 if bars else 0.0)
     for i, panel in enumerate(panels):
-        draw_state(
+        ax = draw_state(
             fig,
             (nrows, cols, i + 1),
             panel["x"],
@@ -545,6 +554,7 @@ def write_comparison_figure(
             title=panel.get("title"),
             color_label=panel.get("color_label"),
         )
+        ax.title.set_fontsize(8)  # small panels: titles of about 40 characters fit
     return _save(fig, Path(path), formats)
 
 
@@ -587,8 +597,8 @@ def write_series_panels(
     path: str | os.PathLike[str],
     groups: Sequence[tuple[str, Sequence[tuple[str, ArrayLike, ArrayLike]]]],
     *,
-    ylabel: str,
-    logy: bool = False,
+    ylabel: str | Sequence[str],
+    logy: bool | Sequence[bool] = False,
     ncols: int = 4,
     formats: Sequence[str] | None = None,
 ) -> Path:
@@ -596,8 +606,9 @@ def write_series_panels(
 
     Each panel's x-axis ends at its own curves' last time (an experiment judged at τ = 100 and
     one judged at τ = 20 each fill their panel). Curves of a panel have distinct colours
-    (:func:`curve_colours`). ``logy`` as in :func:`draw_series`; ``formats`` as in
-    :func:`figure_formats`. Returns ``Path(path)``.
+    (:func:`curve_colours`). ``ylabel`` and ``logy`` (as in :func:`draw_series`) are one value
+    for every panel or one per group; ``formats`` as in :func:`figure_formats`. Returns
+    ``Path(path)``.
     """
     where = "write_series_panels"
     if len(groups) == 0:
@@ -606,17 +617,24 @@ def write_series_panels(
         )
     if isinstance(ncols, bool) or not isinstance(ncols, int) or ncols < 1:
         raise ValueError(f"{where}: `ncols` must be a positive int; got {ncols!r}.")
+    ylabels = [ylabel] * len(groups) if isinstance(ylabel, str) else list(ylabel)
+    logys = [logy] * len(groups) if isinstance(logy, bool) else list(logy)
+    for name, given in (("ylabel", ylabels), ("logy", logys)):
+        if len(given) != len(groups):
+            raise ValueError(
+                f"{where}: `{name}` must be one value or one per group ({len(groups)}); "
+                f"got {len(given)} values."
+            )
     cols = min(ncols, len(groups))
     nrows = math.ceil(len(groups) / cols)
     panel_w, panel_h = 3.4, 2.5
     fig = _new_figure(cols * panel_w, nrows * panel_h, margins=(0.7, 0.15, 0.5, 0.3))
-    fig.subplots_adjust(wspace=0.35, hspace=0.55)
+    fig.subplots_adjust(wspace=0.45, hspace=0.6)
     for g, (title, curves) in enumerate(groups):
         ax = fig.add_subplot(nrows, cols, g + 1)
         colours = curve_colours(len(curves))
         for i, (label, ts, values) in enumerate(curves):
-            draw_series(ax, ts, values, label=label, ylabel=ylabel if g % cols == 0 else None, logy=logy,
-                        color=colours[i])  # fmt: skip
+            draw_series(ax, ts, values, label=label, ylabel=ylabels[g], logy=logys[g], color=colours[i])
         ax.set_xlim(0.0, max(float(np.max(np.asarray(ts, dtype=float))) for _, ts, _ in curves))
         ax.set_title(title, fontsize=9, y=1.0)
         if any(label for label, _, _ in curves):
