@@ -39,6 +39,13 @@ def test_a_coloured_scatter_has_a_colour_bar_naming_the_colour(d):
     assert _colour_bar_labels(fig) == ["position i"]
 
 
+def test_a_colour_bar_of_a_few_ids_has_one_tick_per_id():
+    fig = Figure()
+    draw_state(fig, 111, _unit((N, 3)), color=np.arange(N) % 4, color_label="prompt id")
+    bar = next(a for a in fig.axes if a.get_label() == "<colorbar>")
+    assert list(bar.get_yticks()) == [0.0, 1.0, 2.0, 3.0]
+
+
 def test_no_colour_bar_without_a_name_or_without_colour():
     fig = Figure()
     draw_state(fig, 121, _unit((N, 3)), color=np.arange(N))

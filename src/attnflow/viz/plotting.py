@@ -199,6 +199,9 @@ def _colour_bar(ax: Axes, mappable: Any, label: str | None) -> None:
     if label is None:
         return
     bar = ax.figure.colorbar(mappable, ax=ax, shrink=0.6, fraction=0.05, pad=0.02)
+    values = np.unique(np.asarray(mappable.get_array(), dtype=float))
+    if values.size <= 12 and np.all(values == np.round(values)):  # a few ids: one tick each, no 0.5
+        bar.set_ticks(values, labels=[f"{v:g}" for v in values])
     bar.set_label(label, fontsize=7)
     bar.ax.tick_params(labelsize=6)
 
