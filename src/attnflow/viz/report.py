@@ -50,8 +50,6 @@ from attnflow.viz.why import WHY
 
 NOT_MEASURED = "not measured"
 """The text of a report cell whose quantity was not measured (never a misleading 0.00)."""
-EMBED_DPI = 80
-"""Resolution of the figures of the reproduce report (moderate: the HTML embeds them)."""
 
 # --------------------------------------------------------------------------- results.json
 
