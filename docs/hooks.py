@@ -26,6 +26,8 @@ import annotated_types
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
+from attnflow.viz.why import WHY
+
 # --- what each config key means (a key missing here shows the schema's own field description) ---
 
 KEY_MEANINGS: dict[str, str] = {
@@ -83,43 +85,6 @@ KEY_MEANINGS: dict[str, str] = {
     "storage.snapshots": "`all` saved times, or `final`: the store keeps the initial and the last "
     "snapshot (metrics.json still has every saved time; a run that stops early keeps its last one)",
 }
-
-# --- why each experiment matters (shown on its page) ------------------------------------------------
-
-WHY: dict[str, str] = {
-    "E0": "The baseline. Without labels, attention dynamics collapse every token to one point (a "
-    "Dirac); the collapse times measured here are the reference every gauge experiment is compared to. "
-    "If E0 failed, nothing else could be read: the simulator would not reproduce the known behaviour.",
-    "E1": "The central claim on the most common positional encoding. A RoPE label does not stop the "
-    "gauge frame u_i = Q(ξ_i) x_i from collapsing exactly like E0, but the content x_i = Q(ξ_i)ᵀ u* "
-    "then lies on a latitude circle, not at a point: the labels prevent mode collapse. A failure "
-    "(a Dirac, or a gauge frame that does not collapse) would contradict the gauge conjugacy.",
-    "E2": "The same mechanism with non-commuting generators: the limit is a closed wavy curve, the "
-    "orbit of u* under ξ ↦ Q(ξ)ᵀ. It shows that the outcome is dictated by the gauge, not by RoPE's "
-    "special relative structure.",
-    "E3": "Discrete labels (prompt ids) with Haar-random gauges: the tokens of each prompt collapse "
-    "together, the prompts stay apart, so the state is K clusters ('conditional Diracisation'). "
-    "A single cluster would mean the gauge is ignored.",
-    "E4": "A non-negative factor (an ALiBi-type distance bias) acting on labels alone does not prevent "
-    "collapse: the maximiser of the energy is still a Dirac. This is the negative half of the factor "
-    "dichotomy: positional weights are not enough.",
-    "E5": "The positive half of the dichotomy: a sign-changing factor w = cos 2π(ξ - ζ) makes a spread "
-    "state (the uniform great circle) the maximiser at β = 1. Convergence is slow, so the experiment "
-    "runs to τ = 100 and reports τ = 20 too.",
-    "E6": "Metastability at large β: before the final collapse the dynamics linger on a few clusters "
-    "(in the gauge frame), and the energy climbs in a staircase. It shows the long transients a "
-    "finite-time reading of the model must account for.",
-    "E7": "Universality on an orbit: reparametrising the RoPE phase makes the relative angles of the "
-    "limit follow any target law on the circle, within the Kolmogorov–Smirnov distance 1/(2n) of the "
-    "construction. The labels shape the limit law, not only prevent collapse.",
-    "E8": "Gauge-level realisation on the sphere: with one gauge per token built from a target sample "
-    "(Householder reflections), the dynamics reach the target law up to the global symmetry; from a cap "
-    "around the reference, exactly. A failed realisation gives distances of order 1.",
-    "E9": "The contrast. With the rotation only inside the logits (`value = logits_only`, as in a RoPE "
-    "layer with V = I) the flow is no longer a gradient flow and the tokens do collapse. It shows that "
-    "anti-collapse comes from the gauge acting on the values too.",
-}
-
 
 # --- config reference --------------------------------------------------------------------------
 

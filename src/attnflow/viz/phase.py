@@ -11,7 +11,7 @@ the metric aggregated over the rows of that cell (the other grid keys, e.g. seed
 - a text column (``shape``, ``status``): its most frequent value (categorical colours), annotated
   with its share when the cell is mixed.
 
-Rows without a value (failed points) are left out; a cell with no row is blank.
+Rows without a value (failed points) are left out; a cell with no row is blank and reads "n/a".
 """
 
 from __future__ import annotations
@@ -216,15 +216,21 @@ def draw_phase(ax, table: PhaseTable, *, annotate: bool = True):
     return mappable
 
 
+NOT_AVAILABLE = "n/a"
+"""The text of a cell no row of the table reached (nothing measured there)."""
+
+
 def _cell_text(table: PhaseTable, i: int, j: int) -> str:
     if table.counts[i, j] == 0:
-        return ""
+        return NOT_AVAILABLE
     if table.categorical:
         return "" if table.share[i, j] >= 1 else f"{table.share[i, j]:.0%}"
     return f"{table.values[i, j]:.2f}" if table.probability else f"{table.values[i, j]:.3g}"
 
 
 def _ink(table: PhaseTable, i: int, j: int, mappable) -> str:
+    if table.counts[i, j] == 0:
+        return "0.45"  # a blank (white) cell: grey text
     if table.categorical or mappable is None:
         return "white"
     rgba = mappable.cmap(mappable.norm(table.values[i, j]))

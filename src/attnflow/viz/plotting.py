@@ -20,6 +20,16 @@ is laid out (no ``tight_layout`` pass, which draws the whole figure to measure i
 a fixed height, grids of states get smaller panels than a run's own figure, and scatters are
 rasterised. Array names follow the rest of attnflow: ``x (n, d)`` content positions, ``u (n, d)``
 gauge frame, ``xs``/``us (T, n, d)`` snapshots, ``ts (T,)`` times.
+
+Colour: a scatter coloured by values (the label ``ξ``, a position, a prompt id) gets a colour bar
+named by ``color_label``, so a reader knows what the colour is. Curves of different runs on one
+Axes get distinct colours (:func:`curve_colours`: ``tab10``, then ``tab20`` past ten curves).
+
+Vector output: every ``write_*`` function writes a PNG (the reports embed it) and, on request, the
+same figure as SVG and/or PDF next to it. Ask through ``formats=("png", "svg")`` on the write
+functions, or for every figure of a process through the environment variable
+``ATTNFLOW_FIGURE_FORMAT`` (a comma-separated list, e.g. ``ATTNFLOW_FIGURE_FORMAT=svg,pdf``); the
+PNG is always written. The returned path is the PNG's.
 """
 
 from __future__ import annotations
@@ -43,9 +53,13 @@ __all__ = [
     "draw_series",
     "draw_sphere",
     "draw_state",
+    "curve_colours",
+    "figure_formats",
+    "save_figure",
     "write_comparison_figure",
     "write_run_figures",
     "write_series_figure",
+    "write_series_panels",
     "write_target_figure",
 ]
 
@@ -60,6 +74,10 @@ _MARKER_SIZE = 10.0
 # axis labels and a one-line title, without a layout pass.
 _LINE_MARGINS = (0.8, 0.2, 0.55, 0.35)
 _TARGET_KINDS = ("sphere", "orbit")
+FORMATS = ("png", "svg", "pdf")
+"""The file formats the ``write_*`` functions can write (PNG always; the others on request)."""
+FORMAT_ENV = "ATTNFLOW_FIGURE_FORMAT"
+E_MAX_LABEL = "E_max (closed form)"
 
 # The figures written by :func:`write_run_figures`, and the series keys each one reads.
 _ENERGY_KEYS = ("energy",)
@@ -126,14 +144,16 @@ def draw_sphere(
     cmap: str = "viridis",
     title: str | None = None,
     axis_limits: float = 1.05,
+    color_label: str | None = None,
 ) -> Axes:
     """Scatter points ``x (n, 3)`` of the unit sphere on a faint wireframe sphere.
 
     ``ax`` must be a 3-D Axes (``fig.add_subplot(..., projection="3d")``). Points are coloured
     by ``color (n,)`` (e.g. the auxiliary label ``xi`` or a prompt id) through ``cmap``, or drawn
-    in one colour when ``color`` is None. The box aspect is equal and the axes are hidden, so the
-    sphere reads as a sphere. For ``d != 3`` use :func:`draw_projection` or :func:`draw_state`.
-    Returns ``ax``.
+    in one colour when ``color`` is None. With ``color`` and ``color_label`` (what the colour is:
+    ``"label ξ"``, ``"position i"``, ``"prompt id"``) a colour bar of that name is added beside
+    ``ax``. The box aspect is equal and the axes are hidden, so the sphere reads as a sphere. For
+    ``d != 3`` use :func:`draw_projection` or :func:`draw_state`. Returns ``ax``.
     """
     where = "draw_sphere"
     if not _is_3d(ax):
@@ -160,7 +180,8 @@ def draw_sphere(
     if values is None:
         ax.scatter(pts[:, 0], pts[:, 1], pts[:, 2], color="C0", **style)
     else:
-        ax.scatter(pts[:, 0], pts[:, 1], pts[:, 2], c=values, cmap=cmap, **style)
+        dots = ax.scatter(pts[:, 0], pts[:, 1], pts[:, 2], c=values, cmap=cmap, **style)
+        _colour_bar(ax, dots, color_label)
     lim = (-axis_limits, axis_limits)
     ax.set_xlim(*lim)
     ax.set_ylim(*lim)
@@ -171,6 +192,18 @@ def draw_sphere(
         # a fixed position (y = 1): no automatic placement, which measures every tick of the Axes
         ax.set_title(title, fontsize=10, y=1.0)
     return ax
+
+
+def _colour_bar(ax: Axes, mappable: Any, label: str | None) -> None:
+    """A slim colour bar named ``label`` beside ``ax`` (none when ``label`` is None)."""
+    if label is None:
+        return
+    bar = ax.figure.colorbar(mappable, ax=ax, shrink=0.6, fraction=0.05, pad=0.02)
+    values = np.unique(np.asarray(mappable.get_array(), dtype=float))
+    if values.size <= 12 and np.all(values == np.round(values)):  # a few ids: one tick each, no 0.5
+        bar.set_ticks(values, labels=[f"{v:g}" for v in values])
+    bar.set_label(label, fontsize=7)
+    bar.ax.tick_params(labelsize=6)
 
 
 def _principal_directions(pts: np.ndarray) -> np.ndarray:
@@ -203,6 +236,7 @@ def draw_projection(
     color: ArrayLike | None = None,
     cmap: str = "viridis",
     title: str | None = None,
+    color_label: str | None = None,
 ) -> Axes:
     """Scatter points ``x (n, d)`` in the plane of their two leading principal directions.
 
@@ -211,8 +245,8 @@ def draw_projection(
     second moment when all points coincide), and each point is drawn at its coordinates
     ``(⟨x_i, v_1⟩, ⟨x_i, v_2⟩)`` — the uncentred points are projected, so unit rows land in the
     unit disk, drawn faintly for reference. The plane depends on the snapshot: two panels of
-    different snapshots are generally different projections. ``ax`` is a 2-D Axes; ``color``
-    and ``cmap`` as in :func:`draw_sphere`. Returns ``ax``.
+    different snapshots are generally different projections. ``ax`` is a 2-D Axes; ``color``,
+    ``cmap`` and ``color_label`` as in :func:`draw_sphere`. Returns ``ax``.
     """
     where = "draw_projection"
     if _is_3d(ax):
@@ -227,7 +261,8 @@ def draw_projection(
     if values is None:
         ax.scatter(coords[:, 0], coords[:, 1], s=_MARKER_SIZE, color="C0", rasterized=True)
     else:
-        ax.scatter(coords[:, 0], coords[:, 1], s=_MARKER_SIZE, c=values, cmap=cmap, rasterized=True)
+        dots = ax.scatter(coords[:, 0], coords[:, 1], s=_MARKER_SIZE, c=values, cmap=cmap, rasterized=True)
+        _colour_bar(ax, dots, color_label)
     ax.set_xlim(-1.05, 1.05)
     ax.set_ylim(-1.05, 1.05)
     ax.set_aspect("equal")
@@ -253,20 +288,22 @@ def draw_state(
     color: ArrayLike | None = None,
     title: str | None = None,
     cmap: str = "viridis",
+    color_label: str | None = None,
 ) -> Axes:
     """Add a subplot at ``position`` to ``fig`` and draw the state ``x (n, d)`` on it.
 
     ``position`` is a subplot spec: a tuple ``(nrows, ncols, index)``, a three-digit int such as
     ``141``, or a ``SubplotSpec``. For ``d = 3`` the subplot is 3-D and :func:`draw_sphere` draws
-    on it; otherwise it is 2-D and :func:`draw_projection` draws on it. Returns the new Axes.
+    on it; otherwise it is 2-D and :func:`draw_projection` draws on it (``color_label``: the name
+    of the colour bar, as in :func:`draw_sphere`). Returns the new Axes.
     """
     pts = _points(x, "draw_state")
     args = tuple(position) if isinstance(position, tuple) else (position,)
     if pts.shape[1] == 3:
         ax = fig.add_subplot(*args, projection="3d")
-        return draw_sphere(ax, pts, color=color, cmap=cmap, title=title)
+        return draw_sphere(ax, pts, color=color, cmap=cmap, title=title, color_label=color_label)
     ax = fig.add_subplot(*args)
-    return draw_projection(ax, pts, color=color, cmap=cmap, title=title)
+    return draw_projection(ax, pts, color=color, cmap=cmap, title=title, color_label=color_label)
 
 
 def draw_series(
@@ -277,16 +314,17 @@ def draw_series(
     label: str | None = None,
     ylabel: str | None = None,
     logy: bool = False,
+    color: Any = None,
 ) -> Axes:
     """Draw ``values (T,)`` against ``ts (T,)`` as a line; NaN entries leave gaps.
 
-    ``logy`` puts the y-axis on a log scale (non-positive values are then not drawn).
-    Returns ``ax``.
+    ``logy`` puts the y-axis on a log scale (non-positive values are then not drawn); ``color``
+    is any matplotlib colour (None: the Axes' next colour). Returns ``ax``.
     """
     where = "draw_series"
     times = _times(ts, where)
     ys = _series(values, times.shape[0], where, "values")
-    ax.plot(times, ys, label=label, linewidth=1.2)
+    ax.plot(times, ys, label=label, linewidth=1.2, color=color)
     ax.set_xlabel("t")
     if ylabel is not None:
         ax.set_ylabel(ylabel)
@@ -314,19 +352,56 @@ def _new_figure(width: float, height: float, *, margins: tuple[float, ...] = _LI
     return fig
 
 
-def _state_grid(nrows: int, ncols: int, panel: float) -> Figure:
-    """A figure for ``nrows × ncols`` state panels of ``panel`` inches, each under a two-line title."""
-    width, height = ncols * panel, nrows * (panel + _TITLE_INCHES)
-    fig = _new_figure(width, height, margins=(0.0, 0.0, 0.0, _TITLE_INCHES))
+def _state_grid(nrows: int, ncols: int, panel: float, *, right: float = 0.0) -> Figure:
+    """A figure for ``nrows × ncols`` state panels of ``panel`` inches, each under a two-line title,
+    with ``right`` inches free on the right (for the label of a colour bar)."""
+    width, height = ncols * panel + right, nrows * (panel + _TITLE_INCHES)
+    fig = _new_figure(width, height, margins=(0.0, right, 0.0, _TITLE_INCHES))
     fig.subplots_adjust(wspace=0.02, hspace=_TITLE_INCHES / panel)
     return fig
 
 
-def _save(fig: Figure, path: Path) -> Path:
+def figure_formats(formats: Sequence[str] | None = None) -> tuple[str, ...]:
+    """The formats to write: ``formats``, or else ``$ATTNFLOW_FIGURE_FORMAT`` (comma-separated),
+    always with ``"png"`` first. Raises ``ValueError`` naming an unknown format."""
+    if formats is None:
+        formats = [f.strip() for f in os.environ.get(FORMAT_ENV, "").split(",") if f.strip()]
+        where, name = "figure formats", FORMAT_ENV
+    else:
+        where, name = "figure formats", "formats"
+    chosen = ["png"]
+    for fmt in formats:
+        key = str(fmt).lower().lstrip(".")
+        if key not in FORMATS:
+            close = difflib.get_close_matches(key, FORMATS, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ValueError(f"{where}: `{name}` must name formats among {FORMATS!r}; got {fmt!r}.{hint}")
+        if key not in chosen:
+            chosen.append(key)
+    return tuple(chosen)
+
+
+def save_figure(fig: Figure, path: str | os.PathLike[str], formats: Sequence[str] | None = None) -> Path:
+    """Save ``fig`` as the PNG ``path`` (parents created) and in the other requested formats
+    beside it (:func:`figure_formats`). Returns ``Path(path)``."""
+    return _save(fig, Path(path), formats)
+
+
+def _save(fig: Figure, path: Path, formats: Sequence[str] | None = None) -> Path:
+    """Save ``fig`` as the PNG ``path`` and in the other requested formats beside it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     # registered nowhere, the figure is freed with its last reference (clearing it costs a redraw)
-    fig.savefig(path, dpi=DPI, format="png")
+    for fmt in figure_formats(formats):
+        fig.savefig(path.with_suffix(f".{fmt}"), dpi=DPI, format=fmt)
     return path
+
+
+def curve_colours(count: int) -> list[Any]:
+    """``count`` distinct colours for curves on one Axes: ``tab10``, or ``tab20`` past ten."""
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10" if count <= 10 else "tab20"]
+    return [cmap(i % cmap.N) for i in range(count)]
 
 
 def _has_data(series: Mapping[str, Any], key: str) -> bool:
@@ -343,6 +418,10 @@ def write_run_figures(
     us: ArrayLike | None,
     color: ArrayLike | None,
     series: Mapping[str, Any],
+    color_label: str | None = "label ξ",
+    title: str | None = None,
+    energy_max: float | None = None,
+    formats: Sequence[str] | None = None,
 ) -> list[Path]:
     """Write the ``figures/`` PNGs of a run into ``out_dir`` (created if missing).
 
@@ -350,14 +429,18 @@ def write_run_figures(
       top row the content frame (``xs[0]``, ``xs[-1]``), bottom row the gauge frame (``us[0]``,
       ``us[-1]``). Spheres for ``d = 3``, principal-plane projections otherwise. With
       ``us=None`` (no gauge) only the content row is drawn.
-    - ``energy.png``: ``series["energy"]`` over ``ts``.
+    - ``energy.png``: ``series["energy"]`` over ``ts``, with a dashed horizontal line at
+      ``energy_max`` labelled "E_max (closed form)" when the theory gives one.
     - ``collapse.png``: ``series["mean_cosine"]`` and ``series["gauge_mean_cosine"]`` over
       ``ts``, with ``series["n_eff"]`` on a second y-axis when present.
 
     ``ts (T,)``, ``xs``/``us (T, n, d)``; ``series`` maps names to ``(T,)`` arrays aligned with
     ``ts`` (other keys, such as ``"t"``, are ignored). A missing key, or one whose values are all
-    undefined (``None``/NaN), is skipped; a figure with nothing to draw is not written. Returns
-    the paths written, in the order above.
+    undefined (``None``/NaN), is skipped; a figure with nothing to draw is not written.
+    ``color_label`` names the colour bar of the state panels (what ``color`` is: ``"label ξ"``,
+    ``"position i"``, ``"prompt id"``); ``title`` (e.g. the config name and seed) heads every
+    figure; ``formats`` as in :func:`figure_formats`. Returns the PNG paths written, in the order
+    above.
     """
     where = "write_run_figures"
     out = Path(out_dir)
@@ -381,20 +464,27 @@ def write_run_figures(
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     t0, t1 = times[0], times[-1]
+    head = "" if title is None else f"{title}: "
+    bar = None if color is None else color_label
 
     rows = [("content", content)] + ([] if gauge is None else [("gauge frame", gauge)])
-    fig = _state_grid(len(rows), 2, _PANEL_INCHES)
+    fig = _state_grid(len(rows), 2, _PANEL_INCHES, right=0.0 if bar is None else 0.35)
     for r, (frame, states) in enumerate(rows):
         for c, (k, t) in enumerate(((0, t0), (-1, t1))):
-            title = f"{frame}, t = {t:g}"
-            draw_state(fig, (len(rows), 2, 2 * r + c + 1), states[k], color=color, title=title)
-    written.append(_save(fig, out / "states.png"))
+            panel = f"{head if r == c == 0 else ''}{frame}, t = {t:g}"
+            draw_state(
+                fig, (len(rows), 2, 2 * r + c + 1), states[k], color=color, title=panel, color_label=bar
+            )
+    written.append(_save(fig, out / "states.png", formats))
 
     if _has_data(series, "energy"):
         fig = _new_figure(5.5, 3.6)
-        ax = draw_series(fig.add_subplot(1, 1, 1), times, series["energy"], ylabel="energy E")
-        ax.set_title("energy", fontsize=10, y=1.0)
-        written.append(_save(fig, out / "energy.png"))
+        ax = draw_series(fig.add_subplot(1, 1, 1), times, series["energy"], ylabel="energy E", label="E(t)")
+        if energy_max is not None and math.isfinite(energy_max):
+            ax.axhline(energy_max, color="0.3", linestyle="--", linewidth=1.0, label=E_MAX_LABEL)
+            ax.legend(fontsize=8, loc="lower right")
+        ax.set_title(f"{head}energy", fontsize=10, y=1.0)
+        written.append(_save(fig, out / "energy.png", formats))
 
     cosines = [key for key in _COSINE_KEYS if _has_data(series, key)]
     has_n_eff = _has_data(series, _N_EFF_KEY)
@@ -425,8 +515,8 @@ def write_run_figures(
             h, lab = a.get_legend_handles_labels()
             handles, labels = handles + h, labels + lab
         ax.legend(handles, labels, fontsize=8, loc="best")
-        ax.set_title("collapse", fontsize=10, y=1.0)
-        written.append(_save(fig, out / "collapse.png"))
+        ax.set_title(f"{head}collapse", fontsize=10, y=1.0)
+        written.append(_save(fig, out / "collapse.png", formats))
     return written
 
 
@@ -435,13 +525,15 @@ def write_comparison_figure(
     panels: Sequence[Mapping[str, Any]],
     *,
     ncols: int | None = None,
+    formats: Sequence[str] | None = None,
 ) -> Path:
     """Draw several states side by side and save the PNG at ``path`` (parents created).
 
     ``panels`` is a list of dicts ``{"x": (n, d) array, "color": (n,) array or None, "title":
-    str}`` (``color`` and ``title`` may be omitted); each is drawn with :func:`draw_state`.
+    str, "color_label": str}`` (all but ``x`` may be omitted); each is drawn with
+    :func:`draw_state`, with a colour bar named ``color_label`` when it and ``color`` are given.
     ``ncols`` defaults to ``len(panels)`` (one row); a smaller value wraps onto more rows.
-    Returns ``Path(path)``.
+    ``formats`` as in :func:`figure_formats`. Returns ``Path(path)``.
     """
     where = "write_comparison_figure"
     if len(panels) == 0:
@@ -454,10 +546,19 @@ def write_comparison_figure(
         raise ValueError(f"{where}: `ncols` must be None or a positive int; got {ncols!r}.")
     cols = min(cols, len(panels))
     nrows = math.ceil(len(panels) / cols)
-    fig = _state_grid(nrows, cols, _GRID_PANEL_INCHES)
+    bars = any(panel.get("color_label") is not None for panel in panels)
+    fig = _state_grid(nrows, cols, _GRID_PANEL_INCHES, right=0.35 if bars else 0.0)
     for i, panel in enumerate(panels):
-        draw_state(fig, (nrows, cols, i + 1), panel["x"], color=panel.get("color"), title=panel.get("title"))
-    return _save(fig, Path(path))
+        ax = draw_state(
+            fig,
+            (nrows, cols, i + 1),
+            panel["x"],
+            color=panel.get("color"),
+            title=panel.get("title"),
+            color_label=panel.get("color_label"),
+        )
+        ax.title.set_fontsize(8)  # small panels: titles of about 40 characters fit
+    return _save(fig, Path(path), formats)
 
 
 def write_series_figure(
@@ -467,10 +568,13 @@ def write_series_figure(
     ylabel: str,
     logy: bool = False,
     title: str | None = None,
+    formats: Sequence[str] | None = None,
 ) -> Path:
     """Draw several curves ``(label, ts, values)`` on one Axes and save the PNG at ``path``.
 
-    Each curve may have its own times. ``logy`` as in :func:`draw_series`. Returns ``Path(path)``.
+    Each curve may have its own times, and the x-axis ends at the latest of them. Every curve
+    has its own colour (:func:`curve_colours`). ``logy`` as in :func:`draw_series`; ``formats``
+    as in :func:`figure_formats`. Returns ``Path(path)``.
     """
     where = "write_series_figure"
     if len(curves) == 0:
@@ -479,16 +583,66 @@ def write_series_figure(
         )
     fig = _new_figure(5.5, 3.6)
     ax = fig.add_subplot(1, 1, 1)
+    colours = curve_colours(len(curves))
     for i, curve in enumerate(curves):
         if len(curve) != 3:
             raise ValueError(f"{where}: `curves[{i}]` must be a (label, ts, values) triple; got {curve!r}.")
         label, ts, values = curve
-        draw_series(ax, ts, values, label=label, ylabel=ylabel, logy=logy)
+        draw_series(ax, ts, values, label=label, ylabel=ylabel, logy=logy, color=colours[i])
     if any(curve[0] for curve in curves):
-        ax.legend(fontsize=8, loc="best")
+        ax.legend(fontsize=7 if len(curves) > 8 else 8, loc="best", ncols=2 if len(curves) > 8 else 1)
     if title is not None:
         ax.set_title(title, fontsize=10, y=1.0)
-    return _save(fig, Path(path))
+    return _save(fig, Path(path), formats)
+
+
+def write_series_panels(
+    path: str | os.PathLike[str],
+    groups: Sequence[tuple[str, Sequence[tuple[str, ArrayLike, ArrayLike]]]],
+    *,
+    ylabel: str | Sequence[str],
+    logy: bool | Sequence[bool] = False,
+    ncols: int = 4,
+    formats: Sequence[str] | None = None,
+) -> Path:
+    """One panel per group ``(title, curves)``, each curve ``(label, ts, values)``; save the PNG.
+
+    Each panel's x-axis ends at its own curves' last time (an experiment judged at τ = 100 and
+    one judged at τ = 20 each fill their panel). Curves of a panel have distinct colours
+    (:func:`curve_colours`). ``ylabel`` and ``logy`` (as in :func:`draw_series`) are one value
+    for every panel or one per group; ``formats`` as in :func:`figure_formats`. Returns
+    ``Path(path)``.
+    """
+    where = "write_series_panels"
+    if len(groups) == 0:
+        raise ValueError(
+            f"{where}: `groups` must hold at least one (title, curves) pair; got {list(groups)!r}."
+        )
+    if isinstance(ncols, bool) or not isinstance(ncols, int) or ncols < 1:
+        raise ValueError(f"{where}: `ncols` must be a positive int; got {ncols!r}.")
+    ylabels = [ylabel] * len(groups) if isinstance(ylabel, str) else list(ylabel)
+    logys = [logy] * len(groups) if isinstance(logy, bool) else list(logy)
+    for name, given in (("ylabel", ylabels), ("logy", logys)):
+        if len(given) != len(groups):
+            raise ValueError(
+                f"{where}: `{name}` must be one value or one per group ({len(groups)}); "
+                f"got {len(given)} values."
+            )
+    cols = min(ncols, len(groups))
+    nrows = math.ceil(len(groups) / cols)
+    panel_w, panel_h = 3.4, 2.5
+    fig = _new_figure(cols * panel_w, nrows * panel_h, margins=(0.7, 0.15, 0.5, 0.3))
+    fig.subplots_adjust(wspace=0.45, hspace=0.6)
+    for g, (title, curves) in enumerate(groups):
+        ax = fig.add_subplot(nrows, cols, g + 1)
+        colours = curve_colours(len(curves))
+        for i, (label, ts, values) in enumerate(curves):
+            draw_series(ax, ts, values, label=label, ylabel=ylabels[g], logy=logys[g], color=colours[i])
+        ax.set_xlim(0.0, max(float(np.max(np.asarray(ts, dtype=float))) for _, ts, _ in curves))
+        ax.set_title(title, fontsize=9, y=1.0)
+        if any(label for label, _, _ in curves):
+            ax.legend(fontsize=6, loc="best")
+    return _save(fig, Path(path), formats)
 
 
 def write_target_figure(
@@ -497,6 +651,8 @@ def write_target_figure(
     realised: ArrayLike,
     *,
     kind: str,
+    density: tuple[ArrayLike, ArrayLike] | None = None,
+    formats: Sequence[str] | None = None,
 ) -> Path:
     """Compare a realisation target with what the dynamics realised; save the PNG at ``path``.
 
@@ -504,9 +660,11 @@ def write_target_figure(
       (spheres for ``d = 3``, projections otherwise). When both have the same ``n`` they are
       coloured by token index, so the point ``x_i`` can be matched to its target ``g(xi_i)``.
     - ``kind="orbit"``: ``target`` and ``realised`` are ``(n,)`` angles, reduced to ``[0, 2π)``
-      and drawn as overlaid density histograms.
+      and drawn as overlaid density histograms; with ``density = (angles, pdf)`` (the target
+      law's density on a grid of ``[0, 2π)``) that curve is drawn over them, labelled
+      "target density".
 
-    Returns ``Path(path)``.
+    ``formats`` as in :func:`figure_formats`. Returns ``Path(path)``.
     """
     where = "write_target_figure"
     if kind not in _TARGET_KINDS:
@@ -525,9 +683,10 @@ def write_target_figure(
         same_n = tgt.shape[0] == got.shape[0]
         index = np.arange(tgt.shape[0], dtype=float) if same_n else None
         fig = _state_grid(1, 2, _PANEL_INCHES)
-        draw_state(fig, (1, 2, 1), tgt, color=index, title=f"target (n = {tgt.shape[0]})")
-        draw_state(fig, (1, 2, 2), got, color=index, title=f"realised (n = {got.shape[0]})")
-        return _save(fig, Path(path))
+        bar = None if index is None else "token index i"
+        draw_state(fig, (1, 2, 1), tgt, color=index, title=f"target (n = {tgt.shape[0]})", color_label=bar)
+        draw_state(fig, (1, 2, 2), got, color=index, title=f"realised (n = {got.shape[0]})", color_label=bar)
+        return _save(fig, Path(path), formats)
 
     angles = []
     for name, values in (("target", target), ("realised", realised)):
@@ -543,10 +702,18 @@ def write_target_figure(
     ax = fig.add_subplot(1, 1, 1)
     ax.hist(angles[0], bins=bins, density=True, alpha=0.45, color="C0", label="target")
     ax.hist(angles[1], bins=bins, density=True, histtype="step", linewidth=1.5, color="C3", label="realised")
+    if density is not None:
+        grid, pdf = (np.asarray(a, dtype=float) for a in density)
+        if grid.ndim != 1 or grid.shape != pdf.shape or grid.shape[0] < 2:
+            raise ValueError(
+                f"{where}: `density` must be a pair (angles, pdf) of equal (m,) arrays, m >= 2; "
+                f"got shapes {grid.shape!r} and {pdf.shape!r}."
+            )
+        ax.plot(grid, pdf, color="black", linewidth=1.3, label="target density")
     ax.set_xlim(0.0, 2.0 * np.pi)
     ax.set_xticks(np.linspace(0.0, 2.0 * np.pi, 5), ["0", "π/2", "π", "3π/2", "2π"])
     ax.set_xlabel("angle")
     ax.set_ylabel("density")
     ax.legend(fontsize=8, loc="best")
     ax.set_title("orbit: target vs realised angles", fontsize=10, y=1.0)
-    return _save(fig, Path(path))
+    return _save(fig, Path(path), formats)

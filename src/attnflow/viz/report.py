@@ -6,22 +6,29 @@
 - ``results.json``: for every experiment, variant, n and seed the measured values (at the end and
   at each report time), per-job timings, aggregates over seeds (min / median / max), and every
   expectation row with its measured value and PASS / FAIL / SKIP;
-- ``figures/``: ``comparison.png`` (each experiment's first seed at the largest n, content and
-  gauge frame at τ = 0 and τ = 20, side by side), ``final_states.png`` (the content at the end of
-  each run: collapse, latitude circle, wavy curve, clusters, great circle at a glance),
-  ``mean_cosine.png`` and ``energy.png`` (all experiments on one plot each),
+- ``figures/``: ``E0.png``, ``E1.png``, ... (per experiment: each variant's first seed at the
+  largest n, content and gauge frame at τ = 0 and at the experiment's own horizon, coloured by
+  the label with a named colour bar), ``final_states.png`` (the content at the end of each run:
+  collapse, latitude circle, wavy curve, clusters, great circle at a glance),
+  ``mean_cosine.png`` and ``energy.png`` (one panel per experiment, each to its own horizon,
+  distinct colours; the energy as the relative gap ``(E_max − E)/E_max`` on a log axis where the
+  closed-form maximum ``E_max`` is known), ``comparison.png`` (every experiment's panels of
+  ``E*.png`` in one grid; a file for papers, linked from the report, not embedded),
   ``metastability.png`` (E6: clusters in the gauge frame over time, energy against the rescaled
   time ``t e^β``), ``realisation_orbit.png`` / ``realisation_sphere.png`` (E7 / E8);
-- ``report.md`` (figures linked) and ``report.html`` (the same content, figures embedded as
-  base64 PNG, inline CSS, no script: opens offline).
+- ``report.md`` (figures linked) and ``report.html`` (the same content, self-contained: figures
+  embedded as palette-compressed base64 PNG, inline CSS, no script: opens offline). Both start
+  with a table of contents and hold one section per experiment: its setting, why it matters
+  (:data:`attnflow.viz.why.WHY`), its figures, its expectation rows and its measured values.
+  Each figure is also written as SVG/PDF when asked (:func:`attnflow.viz.plotting.figure_formats`).
 
+The pages are rendered from a list of blocks by :mod:`attnflow.viz.report_page`.
 :func:`summary_table` and :func:`failure_lines` are what the command line prints.
 """
 
 from __future__ import annotations
 
-import base64
-import html
+import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -37,6 +44,11 @@ from attnflow.io.outcomes import METRICS, JobResult, Outcome, time_label
 from attnflow.io.version import __version__
 from attnflow.viz import plotting
 from attnflow.viz.expectation_table import bound_text, fmt, measured_text, write_table
+from attnflow.viz.report_page import html_page, markdown_page
+from attnflow.viz.why import WHY
+
+NOT_MEASURED = "not measured"
+"""The text of a report cell whose quantity was not measured (never a misleading 0.00)."""
 
 # --------------------------------------------------------------------------- results.json
 
@@ -135,42 +147,85 @@ def _color(job: JobResult, n: int) -> np.ndarray:
     return np.arange(n, dtype=float) if color is None or len(color) != n else color
 
 
-def _comparison(path: Path, jobs: list[JobResult]) -> Path | None:
-    rows = [("content", time_label(0.0)), ("gauge frame", time_label(0.0)),
-            ("content", time_label(20.0)), ("gauge frame", time_label(20.0))]  # fmt: skip
-    jobs = [j for j in jobs if all(label in j.figure.states for _, label in rows)]
-    if not jobs:
-        return None
+def _color_label(outcome: Outcome, job: JobResult, n: int) -> str:
+    """What the colour of ``job``'s scatters is (the name of the colour bar)."""
+    color = job.figure.color
+    if color is None or len(color) != n:
+        return "token index i"
+    experiment = next(e for e in outcome.experiments if e.id == job.experiment)
+    aux = (experiment.config or {}).get("aux", {})
+    return {"positions": "position i", "prompts": "prompt id"}.get(aux.get("kind"), "label ξ")
+
+
+def _horizon(job: JobResult) -> str:
+    t = job.figure.series.get("t")
+    return f"{float(t[-1]):g}" if t is not None and len(t) else "end"
+
+
+def _state_panels(outcome: Outcome, job: JobResult) -> list[dict[str, Any]]:
+    """One row for ``job``: content and gauge frame at τ = 0 and at the run's own horizon."""
+    start, end = time_label(0.0), time_label(None)
+    if not all(label in job.figure.states for label in (start, end)):
+        return []
+    seed = job.seeds[0] if job.seeds else 0
     panels = []
-    for frame, label in rows:
-        for job in jobs:
+    for frame in ("content", "gauge frame"):
+        for label, when in ((start, "0"), (end, _horizon(job))):
+            last = frame == "gauge frame" and label == end  # one colour bar per row, on its right
             x, u = job.figure.states[label]
             shown, note = (x, "") if frame == "content" else (u, "") if u is not None else (x, " (Q = I)")
             if frame == "gauge frame" and u is None and job.figure.target is not None:
                 note = " (n/a: content)"
-            title = f"{job.label}, n={job.n}\n{frame}{note}, τ = {label.removeprefix('t=')}"
-            panels.append({"x": shown, "color": _color(job, len(x)), "title": title})
-    return plotting.write_comparison_figure(path, panels, ncols=len(jobs))
+            title = f"{job.label}, n={job.n}, seed {seed}\n{frame}{note}, τ = {when}"
+            bar = _color_label(outcome, job, len(x)) if last else None
+            panels.append({"x": shown, "color": _color(job, len(x)), "title": title, "color_label": bar})
+    return panels
+
+
+def _experiment_states(path: Path, outcome: Outcome, jobs: list[JobResult]) -> Path | None:
+    panels = [p for job in jobs for p in _state_panels(outcome, job)]
+    if not panels:
+        return None
+    return plotting.write_comparison_figure(path, panels, ncols=4)
 
 
 def _final_states(path: Path, jobs: list[JobResult], outcome: Outcome) -> Path | None:
     panels = []
     for job in jobs:
         x, _ = job.figure.states[time_label(None)]
-        t_end = job.figure.series["t"][-1] if "t" in job.figure.series else None
-        when = f"τ = {t_end:g}" if t_end is not None else "end"
-        title = f"{job.label}: {_shape(outcome, job)}\nn={job.n}, content, {when}"
+        title = f"{job.label}: {_shape(outcome, job)}\nn={job.n}, content, τ = {_horizon(job)}"
         panels.append({"x": x, "color": _color(job, len(x)), "title": title})
     return plotting.write_comparison_figure(path, panels, ncols=min(len(panels), 7)) if panels else None
 
 
-def _series(path: Path, jobs: list[JobResult], key: str, ylabel: str) -> Path | None:
-    curves = [(f"{j.label}, n={j.n}", j.figure.series["t"], j.figure.series[key])
-              for j in jobs if key in j.figure.series]  # fmt: skip
-    if not curves:
+def _energy_max(job: JobResult) -> float | None:
+    e_max = job.values[0].get(time_label(None), {}).get("energy_max") if job.values else None
+    return float(e_max) if isinstance(e_max, int | float) and e_max > 0 else None
+
+
+def _series_panels(path: Path, outcome: Outcome, jobs: list[JobResult], key: str) -> Path | None:
+    """One panel per experiment (to its own horizon). For ``key = "energy"`` the relative gap
+    ``(E_max − E)/E_max`` on a log axis when every run of the experiment knows ``E_max``."""
+    groups, logy, ylabels = [], [], []
+    for experiment in outcome.experiments:
+        mine = [j for j in jobs if j.experiment == experiment.id and key in j.figure.series]
+        if not mine:
+            continue
+        gap = key == "energy" and all(_energy_max(j) is not None for j in mine)
+        curves = []
+        for j in mine:
+            values = np.asarray(j.figure.series[key], dtype=float)
+            if gap:
+                e_max = _energy_max(j)
+                values = (e_max - values) / e_max
+            curves.append((f"{j.label}, n={j.n}", j.figure.series["t"], values))
+        name = {"energy": "(E_max − E)/E_max" if gap else "energy E", "mean_cosine": "mean cosine"}[key]
+        groups.append((f"{experiment.id}: {name}", curves))
+        logy.append(gap)
+        ylabels.append(name)
+    if not groups:
         return None
-    title = f"{ylabel} over time (first seed, largest n)"
-    return plotting.write_series_figure(path, curves, ylabel=ylabel, title=title)
+    return plotting.write_series_panels(path, groups, ylabel=ylabels, logy=logy, ncols=4)
 
 
 def _metastability(path: Path, outcome: Outcome) -> Path | None:
@@ -211,27 +266,37 @@ def _metastability(path: Path, outcome: Outcome) -> Path | None:
     for ax in (left, right):
         ax.grid(True, linewidth=0.3, alpha=0.5)
         ax.legend(fontsize=8)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=plotting.DPI, format="png")
-    return path
+    return plotting.save_figure(fig, path)
 
 
-def write_figures(out_dir: Path, outcome: Outcome) -> list[Path]:
+def write_figures(out_dir: Path, outcome: Outcome) -> dict[str, list[Path]]:
+    """Draw the report's figures; returns them by section: ``"overview"``, ``"files"`` (written,
+    linked, not embedded) and one key per experiment id."""
     folder = out_dir / "figures"
     jobs = _figure_jobs(outcome)
-    written = [
-        _comparison(folder / "comparison.png", jobs),
-        _final_states(folder / "final_states.png", jobs, outcome),
-        _series(folder / "mean_cosine.png", jobs, "mean_cosine", "mean cosine"),
-        _series(folder / "energy.png", jobs, "energy", "energy E"),
-        _metastability(folder / "metastability.png", outcome),
-    ]
+    figures: dict[str, list[Path | None]] = {
+        "overview": [
+            _final_states(folder / "final_states.png", jobs, outcome),
+            _series_panels(folder / "mean_cosine.png", outcome, jobs, "mean_cosine"),
+            _series_panels(folder / "energy.png", outcome, jobs, "energy"),
+        ],
+        "files": [_experiment_states(folder / "comparison.png", outcome, jobs)],
+    }
+    for experiment in outcome.experiments:
+        mine = [j for j in jobs if j.experiment == experiment.id]
+        figures[experiment.id] = [_experiment_states(folder / f"{experiment.id}.png", outcome, mine)]
+    meta = _metastability(folder / "metastability.png", outcome)
+    if meta is not None:
+        experiment_id = next(j.experiment for j in outcome.jobs if "gauge_n_clusters" in j.figure.seed_series)
+        figures.setdefault(experiment_id, []).append(meta)
     for job in jobs:
         if job.figure.target is not None:
             kind, target, realised = job.figure.target
             path = folder / f"realisation_{kind}.png"
-            written.append(plotting.write_target_figure(path, target, realised, kind=kind))
-    return [p for p in written if p is not None]
+            figures.setdefault(job.experiment, []).append(
+                plotting.write_target_figure(path, target, realised, kind=kind)
+            )
+    return {key: [p for p in paths if p is not None] for key, paths in figures.items()}
 
 
 # --------------------------------------------------------------------------- report.md / .html
@@ -276,13 +341,15 @@ def failure_lines(outcome: Outcome) -> list[str]:
 
 
 def _value_table(outcome: Outcome, experiment) -> tuple[list[str], list[list[str]]]:
-    """Median [min, max] over seeds of each metric an expectation names, per job and time."""
+    """Median [min, max] over seeds of each metric an expectation names, per job and time.
+
+    A column equal to an earlier one in every row is not repeated: the earlier column's header
+    names both (``circular_ks = distance_reported``)."""
     named = [e.metric for e in experiment.expect] + [
         e.bound_metric for e in experiment.expect if e.bound_metric
     ]
     keys = list(dict.fromkeys([*named, *experiment.report_metrics]))
     labels = [time_label(t) for t in experiment.report_times if t > 0] + [time_label(None)]
-    header = ["run", "n", "time", *keys]
     body = []
     for job in (j for j in outcome.jobs if j.experiment == experiment.id and j.values):
         aggregates, shown = _aggregates(job), []
@@ -292,123 +359,122 @@ def _value_table(outcome: Outcome, experiment) -> tuple[list[str], list[list[str
             shown.append(label)
             cells = [_cell([seed.get(label, {}).get(key) for seed in job.values]) for key in keys]
             body.append([job.label, str(job.n), label, *cells])
-    return header, body
+    columns: list[tuple[str, list[str]]] = []
+    for k, key in enumerate(keys):
+        column = [row[3 + k] for row in body]
+        same = next((c for c in columns if c[1] == column), None)
+        if same is None:
+            columns.append((key, column))
+        else:
+            columns[columns.index(same)] = (f"{same[0]} = {key}", column)
+    header = ["run", "n", "time", *(name for name, _ in columns)]
+    rows = [[*row[:3], *(column[r] for _, column in columns)] for r, row in enumerate(body)]
+    return header, rows
 
 
 def _cell(values: list) -> str:
-    """``median [min, max]`` over seeds, or the distinct values (booleans), noting undefined ones."""
+    """``median [min, max]`` over seeds (one value when they agree), the distinct values
+    (booleans), or "not measured"; undefined seeds are noted."""
     numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
     missing = sum(v is None for v in values)
     if not numbers:
-        text = ", ".join(sorted({fmt(v) for v in values if v is not None}))
+        texts = sorted({fmt(v) for v in values if v is not None})
+        if not texts:
+            return NOT_MEASURED
+        text = ", ".join(texts)
     else:
         arr = np.asarray(numbers, dtype=float)
-        text = f"{np.median(arr):.3g} [{arr.min():.3g}, {arr.max():.3g}]"
+        low, mid, high = (f"{v:.3g}" for v in (arr.min(), np.median(arr), arr.max()))
+        text = mid if low == high else f"{mid} [{low}, {high}]"
     return text + (f" (n/a for {missing} seed{'s' if missing > 1 else ''})" if missing else "")
 
 
-def _blocks(outcome: Outcome, figures: list[Path]) -> list[tuple[str, Any]]:
-    """The report as a list of blocks: ("h1"/"h2"/"p", text), ("table", (header, rows)), ("img", path)."""
+def measured_cell(row: dict[str, Any]) -> str:
+    """The measured value of an expectation row in words: a bound checked on every seed reads
+    "worst seed: circular_ks − ks_bound = 1.1e-09" rather than "max(value − ks_bound) = ..."."""
+    text = measured_text(row)
+    metric = row.get("metric") or "value"
+    if row.get("scope") == "every seed" and row.get("op") == "~=":
+        return re.sub(r"^max \|value − ", f"worst seed: |{metric} − ", text)
+    return re.sub(r"^max\(value − ([^)]*)\) = ", rf"worst seed: {metric} − \1 = ", text)
+
+
+def _anchor(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower() or "section"
+
+
+def _timing_cell(timing: dict[str, float], key: str) -> str:
+    value = timing.get(key)
+    return NOT_MEASURED if value is None else f"{value:.2f}"
+
+
+def _blocks(outcome: Outcome, figures: dict[str, list[Path]]) -> list[tuple[str, Any]]:
+    """The report as a list of blocks: ("h1"/"p"/"why", text), ("h2"/"h3", (anchor, text)),
+    ("toc", [(anchor, text)]), ("table", (header, rows)), ("img", path), ("link", path)."""
     counts = defaultdict(int)
     for row in outcome.rows:
         counts[row["status"]] += 1
     verdict = "all expectations pass" if not outcome.failures else f"{counts['FAIL']} expectation rows FAIL"
+    sections = [("summary", "Summary"), ("overview", "Overview figures")]
+    sections += [(_anchor(e.id), f"{e.id} — {e.title}") for e in outcome.experiments]
+    sections += [("timing", "Timing (s)")]
     blocks: list[tuple[str, Any]] = [
         ("h1", "attnflow reproduce — the paper's experiments"),
         ("p", f"attnflow {__version__}, backend {jax.default_backend()}, "
               f"{'--quick' if outcome.quick else 'full run'}, wall time {outcome.wall_s:.1f} s: "
               f"{verdict} ({counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['SKIP']} SKIP)."),
-        ("h2", "Summary"),
+        ("toc", sections),
+        ("h2", sections[0]),
         ("table", (SUMMARY_HEADER, _summary_rows(outcome))),
-        ("h2", "Figures"),
+        ("h2", sections[1]),
     ]  # fmt: skip
-    blocks += [("img", path) for path in figures]
-    for experiment in outcome.experiments:
-        blocks += [("h2", f"{experiment.id} — {experiment.title}"), ("p", experiment.setting)]
+    blocks += [("img", path) for path in figures.get("overview", [])]
+    blocks += [("link", path) for path in figures.get("files", [])]
+    for experiment, section in zip(outcome.experiments, sections[2:-1], strict=True):
+        blocks += [("h2", section), ("p", f"Setting: {experiment.setting}.")]
+        if experiment.shape:
+            blocks.append(("p", f"Expected shape: {experiment.shape}."))
+        if experiment.id in WHY:
+            blocks.append(("why", WHY[experiment.id]))
         for job in (j for j in outcome.jobs if j.experiment == experiment.id and j.status != "ok"):
             blocks.append(("p", f"{job.label} n={job.n}: {job.status} — {job.reason}"))
+        blocks += [("img", path) for path in figures.get(experiment.id, [])]
         rows = [r for r in outcome.rows if r["experiment"] == experiment.id]
-        table = [[r["text"], r["variant"] or "", str(r["n"]), measured_text(r), bound_text(r), r["status"]]
-                 for r in rows]  # fmt: skip
-        blocks.append(("table", (["expectation", "variant", "n", "measured", "expected", "status"], table)))
+        variants = any(r["variant"] for r in rows)
+        header = ["expectation", *(["variant"] if variants else []), "n", "measured", "expected", "status"]
+        table = [[r["text"], *([r["variant"] or ""] if variants else []), str(r["n"]), measured_cell(r),
+                  bound_text(r), r["status"]] for r in rows]  # fmt: skip
+        blocks.append(("table", (header, table)))
         header, body = _value_table(outcome, experiment)
         if body:
             blocks += [("p", "Measured values, median [min, max] over seeds:"), ("table", (header, body))]
     parts = ("build_s", "compile_s", "run_s", "measure_s", "wall_s")
-    timing = [[j.label, str(j.n), str(len(j.seeds)), *(f"{j.timing.get(k, 0.0):.2f}" for k in parts)]
+    timing = [[j.label, str(j.n), str(len(j.seeds)), *(_timing_cell(j.timing, k) for k in parts)]
               for j in outcome.jobs]  # fmt: skip
     header = ["run", "n", "seeds", "build", "compile", "run", "measure", "wall"]
-    blocks += [("h2", "Timing (s)"), ("table", (header, timing))]
+    blocks += [("h2", sections[-1]), ("p", "A compile time of 0.00 s: the compiled program was reused."),
+               ("table", (header, timing))]  # fmt: skip
     return blocks
-
-
-def _markdown(blocks: list[tuple[str, Any]], out_dir: Path) -> str:
-    cell = lambda text: str(text).replace("|", "\\|").replace("\n", " ")  # noqa: E731
-    lines = []
-    for kind, content in blocks:
-        if kind == "h1":
-            lines += [f"# {content}", ""]
-        elif kind == "h2":
-            lines += [f"## {content}", ""]
-        elif kind == "p":
-            lines += [content, ""]
-        elif kind == "img":
-            lines += [f"![{content.stem}]({content.relative_to(out_dir).as_posix()})", ""]
-        else:
-            header, rows = content
-            lines.append("| " + " | ".join(cell(h) for h in header) + " |")
-            lines.append("|" + "---|" * len(header))
-            lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
-            lines.append("")
-    return "\n".join(lines)
-
-
-CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#222}
-table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:0.85em}
-th,td{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}
-th{background:#f3f3f3}td.PASS{color:#176f2c;font-weight:bold}td.FAIL{color:#b00020;font-weight:bold}
-td.SKIP{color:#8a6d00}img{max-width:100%;border:1px solid #eee;margin:0.5em 0}
-figure{margin:1em 0}figcaption{font-size:0.85em;color:#555}"""
-
-
-def _html(blocks: list[tuple[str, Any]]) -> str:
-    esc = html.escape
-    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-             "<title>attnflow reproduce</title>", f"<style>{CSS}</style></head><body>"]  # fmt: skip
-    for kind, content in blocks:
-        if kind in ("h1", "h2"):
-            parts.append(f"<{kind}>{esc(content)}</{kind}>")
-        elif kind == "p":
-            parts.append(f"<p>{esc(content)}</p>")
-        elif kind == "img":
-            data = base64.b64encode(content.read_bytes()).decode("ascii")
-            parts.append(f'<figure><img alt="{esc(content.stem)}" src="data:image/png;base64,{data}">'
-                         f"<figcaption>{esc(content.name)}</figcaption></figure>")  # fmt: skip
-        else:
-            header, rows = content
-            parts.append("<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr>")
-            for row in rows:
-                cells = "".join(
-                    f'<td class="{c}">{esc(c)}</td>'
-                    if c in ("PASS", "FAIL", "SKIP")
-                    else f"<td>{esc(c)}</td>"
-                    for c in row
-                )
-                parts.append(f"<tr>{cells}</tr>")
-            parts.append("</table>")
-    parts.append("</body></html>")
-    return "\n".join(parts)
 
 
 def write_report(out_dir: Path, outcome: Outcome) -> list[Path]:
     """Write figures, ``results.json``, ``table.md`` (every expectation row), ``report.md`` and
     ``report.html`` into ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    figures = write_figures(out_dir, outcome)
-    results = results_dict(outcome, figures)
+    by_section = write_figures(out_dir, outcome)
+    embedded = [p for key, paths in by_section.items() if key != "files" for p in paths]
+    results = results_dict(outcome, embedded)
     write_json(out_dir / "results.json", results, indent=1)
     table = write_table(out_dir, results)
-    blocks = _blocks(outcome, figures)
-    write_text(out_dir / "report.md", _markdown(blocks, out_dir))
-    write_text(out_dir / "report.html", _html(blocks))
-    return [out_dir / "results.json", table, out_dir / "report.md", out_dir / "report.html", *figures]
+    blocks = _blocks(outcome, by_section)
+    write_text(out_dir / "report.md", markdown_page(blocks, out_dir))
+    write_text(out_dir / "report.html", html_page(blocks, out_dir))
+    files = by_section.get("files", [])
+    return [
+        out_dir / "results.json",
+        table,
+        out_dir / "report.md",
+        out_dir / "report.html",
+        *embedded,
+        *files,
+    ]

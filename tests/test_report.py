@@ -1,0 +1,141 @@
+"""attnflow.viz.report: report.html has a table of contents and one section per experiment holding
+its figure, its "why", its expectation table and its measured values; cells read as words ("not
+measured", "worst seed: ..."), identical columns are merged, wide tables scroll, figures are small."""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+
+import numpy as np
+import pytest
+
+from attnflow.io.outcomes import FigureData, JobResult, Outcome, time_label
+from attnflow.viz import report
+from attnflow.viz.why import WHY
+from attnflow.workflows.experiments import Experiment, evaluate
+
+N, T = 24, 11
+
+
+def _experiment(eid: str) -> Experiment:
+    expect = [
+        {"text": "collapsed", "metric": "mean_cosine", "op": ">=", "bound": 0.5},
+        {"text": "below its bound", "metric": "ks", "op": "<=", "bound_metric": "ks_bound"},
+    ]
+    data = {"id": eid, "title": f"title of {eid}", "setting": f"setting of {eid}", "shape": "circle",
+            "sizes": [N], "seeds": [0, 1], "config": {"aux": {"kind": "positions"}},
+            "expect": expect}  # fmt: skip
+    return Experiment.model_validate(data)
+
+
+def _job(eid: str, t_end: float) -> JobResult:
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((N, 3))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    ts = np.linspace(0.0, t_end, T)
+    figure = FigureData(
+        color=np.arange(N, dtype=float),
+        states={time_label(0.0): (x, x), time_label(None): (x, x)},
+        series={"t": ts, "energy": 1.0 - np.exp(-ts), "mean_cosine": 1.0 - np.exp(-ts)},
+    )
+    final = {"mean_cosine": 0.9, "ks": 0.01, "ks_bound": 0.01, "ks_copy": 0.01, "energy_max": 1.0}
+    values = [{"seed": s, "final": dict(final)} for s in (0, 1)]
+    timing = {"wall_s": 1.0, "run_s": 0.5}  # build, compile and measure were not measured
+    return JobResult(eid, "", eid, N, (0, 1), "ok", "", values, timing, figure)
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    out = tmp_path_factory.mktemp("rep")
+    experiments = [_experiment("E1"), _experiment("E5")]
+    jobs = [_job("E1", 20.0), _job("E5", 100.0)]
+    rows = [row for e in experiments for row in evaluate(e, [j for j in jobs if j.experiment == e.id])]
+    report.write_report(out, Outcome(experiments, jobs, rows, quick=True, wall_s=1.0))
+    return out
+
+
+class _Page(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.ids, self.links, self.stack, self.sections = set(), [], [], []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if "id" in attrs:
+            self.ids.add(attrs["id"])
+        if tag == "a" and attrs.get("href", "").startswith("#"):
+            self.links.append(attrs["href"][1:])
+        if tag == "h2":
+            self.sections.append({"id": attrs.get("id"), "img": 0, "table": 0, "why": 0})
+        elif self.sections:
+            key = {"img": "img", "table": "table"}.get(tag)
+            if key:
+                self.sections[-1][key] += 1
+            if tag == "p" and attrs.get("class") == "why":
+                self.sections[-1]["why"] += 1
+
+
+def _page(out) -> tuple[str, _Page]:
+    text = (out / "report.html").read_text()
+    parser = _Page()
+    parser.feed(text)
+    return text, parser
+
+
+def test_the_table_of_contents_links_every_section(written):
+    _, page = _page(written)
+    assert {"summary", "overview", "e1", "e5", "timing"} <= set(page.links)
+    assert set(page.links) <= page.ids  # no dangling anchor
+
+
+def test_each_experiment_section_holds_its_figure_why_and_tables(written):
+    text, page = _page(written)
+    sections = {s["id"]: s for s in page.sections}
+    for eid in ("e1", "e5"):
+        assert sections[eid]["img"] >= 1 and sections[eid]["table"] == 2 and sections[eid]["why"] == 1
+    assert WHY["E1"][:60] in text.replace("&#x27;", "'")
+    assert (written / "figures" / "E1.png").is_file() and (written / "figures" / "E5.png").is_file()
+
+
+def test_cells_read_as_words_and_columns_are_not_repeated(written):
+    text, _ = _page(written)
+    assert "worst seed: ks − ks_bound = 0" in text and "max(value" not in text
+    assert "not measured" in text and "<td>0.00</td>" not in text  # build/compile/measure unknown
+    assert "<th>ks = ks_bound</th>" in text  # equal in every row: one column, both names
+    assert text.count("<th>ks_bound") == 0
+
+
+def test_wide_tables_scroll_and_the_page_is_self_contained(written):
+    text, _ = _page(written)
+    assert re.search(r"\.scroll\{[^}]*overflow-x:auto", text) and 'class="scroll"' in text
+    assert "max-width" in text
+    assert "<script" not in text and "http" not in text
+
+
+def test_figures_are_embedded_compressed(written):
+    text, _ = _page(written)
+    embedded = re.findall(r'src="data:image/png;base64,([^"]+)"', text)
+    originals = [p for p in (written / "figures").glob("*.png") if p.name != "comparison.png"]
+    assert len(embedded) == len(originals)
+    # the palette PNG is smaller than the figure file (base64 is 4/3 of the bytes)
+    assert sum(len(e) * 3 / 4 for e in embedded) < sum(p.stat().st_size for p in originals)
+    assert (written / "report.html").stat().st_size < 2_000_000
+
+
+def test_the_energy_overview_plots_the_relative_gap_per_experiment_horizon(written, monkeypatch):
+    captured = {}
+    real = report.plotting.write_series_panels
+
+    def spy(path, groups, **options):
+        captured[path.name] = (groups, options)
+        return real(path, groups, **options)
+
+    monkeypatch.setattr(report.plotting, "write_series_panels", spy)
+    report.write_figures(written, Outcome([_experiment("E1")], [_job("E1", 20.0)], [], True, 1.0))
+    groups, options = captured["energy.png"]
+    ((title, curves),) = groups
+    assert title == "E1: (E_max − E)/E_max" and options["logy"] == [True]
+    _, ts, gap = curves[0]
+    # E_max = 1, E = 1 - e^{-t}; atol: 1 - (1 - e^{-t}) cancels to round-off of 1
+    np.testing.assert_allclose(gap, np.exp(-ts), rtol=1e-12, atol=1e-15)
