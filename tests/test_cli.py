@@ -165,7 +165,7 @@ def test_sigkilled_run_leaves_a_readable_trajectory(tmp_path):
     assert np.all(np.isfinite(stored.xs))
     np.testing.assert_allclose(np.linalg.norm(stored.xs, axis=-1), 1.0, atol=1e-12)  # snapshots are whole
     assert np.allclose(np.diff(stored.ts), 0.5)  # a contiguous prefix of the save times
-    assert open_dataset(out / "trajectory.zarr").sizes["time"] == stored.ts.size
+    assert open_dataset(out / "trajectory.zarr").sizes["t"] == stored.ts.size
 
 
 def test_plot_of_a_folder_without_a_store_exits_2(tmp_path):

@@ -3,16 +3,21 @@
 A run appends one snapshot ``(t, x)`` at a time to a Zarr v3 group::
 
     trajectory.zarr/
-      zarr.json    group attrs: the resolved config, plus "status" (and "n_snapshots" after close)
-      t            (time,)                 float64, NaN = "not written yet"
-      x            (time, token, dim)      float64 or float32, NaN = "not written yet"
+      zarr.json    group attrs: the resolved config, plus "status" (and "n_snapshots" after close);
+                   the consolidated metadata of every array
+      t            (t,)                    float64, NaN = "not written yet"
+      x            (t, token, dim)         float64 or float32, NaN = "not written yet"
       xi           (token,) or (token, label_dim)
       gauge        (token, gauge_dim, dim) Q(xi_i) when a gauge is set: u_i = Q(xi_i) x_i
 
-``xarray.open_zarr(path)`` reads it as a Dataset with those dimensions and ``t`` as the coordinate
-of ``time``. The gauge's two matrix axes are named ``gauge_dim`` (rows, the gauge frame) and ``dim``
+``xarray.open_zarr(path)`` reads it (without a warning: the metadata are consolidated) as a Dataset
+with those dimensions; ``t`` is the coordinate of its own dimension, so ``ds.sel(t=0.3)`` selects a
+snapshot, since a run stores the times ``snapshot_time(k, save_every)``: the exact decimal
+``k * save_every`` rounded once, not a sum of steps. Every array carries ``long_name`` and ``units``.
+The gauge's two matrix axes are named ``gauge_dim`` (rows, the gauge frame) and ``dim``
 (columns, contracted with ``x``), because xarray does not support a dimension repeated in one
 variable; ``xarray.dot(ds.gauge, ds.x, dim="dim")`` is then the gauge-frame view ``u``.
+Stores written before these conventions (dimension ``time``, no consolidated metadata) still read.
 
 Crash safety: a process killed with SIGKILL at any moment leaves every completed snapshot readable.
 The design, and why each piece is there:
@@ -48,12 +53,14 @@ stray ``*.partial`` temporary file (from zarr, or from step 1); readers ignore i
 from __future__ import annotations
 
 import contextlib
+import decimal
 import errno
 import json
 import math
 import os
 import shutil
 import uuid
+import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,8 +71,16 @@ import numpy as np
 import xarray as xr
 import zarr
 from zarr.codecs import Crc32cCodec
+from zarr.errors import ZarrUserWarning
 
-__all__ = ["StoredTrajectory", "TrajectoryWriter", "iter_snapshots", "open_dataset", "read_trajectory"]
+__all__ = [
+    "StoredTrajectory",
+    "TrajectoryWriter",
+    "iter_snapshots",
+    "open_dataset",
+    "read_trajectory",
+    "snapshot_time",
+]
 
 _WHERE = "store"
 _DTYPES = ("float64", "float32")
@@ -74,8 +89,24 @@ _RESERVED_ATTRS = ("status", "n_snapshots")
 _READ_BLOCK = 256
 
 
+# CF-style attributes of the stored arrays (the model's time and positions are dimensionless).
+_ARRAY_ATTRS = {
+    "t": {"long_name": "time", "units": "1"},
+    "x": {"long_name": "token positions on the unit sphere", "units": "1"},
+    "xi": {"long_name": "frozen token labels", "units": "1"},
+    "gauge": {"long_name": "gauge matrices Q(xi_i), u_i = Q(xi_i) x_i", "units": "1"},
+}
+
+
 def _codecs() -> list[Crc32cCodec]:
     return [Crc32cCodec()]
+
+
+def snapshot_time(k: int, save_every: float) -> float:
+    """The time of snapshot ``k``: the decimal product ``k * save_every`` rounded once to a float
+    (``snapshot_time(3, 0.1) == 0.3``, where ``3 * 0.1`` is 0.30000000000000004), so a stored time
+    equals the number a user types, and ``ds.sel(t=0.3)`` finds it."""
+    return float(decimal.Decimal(repr(float(save_every))) * int(k))
 
 
 @dataclass(frozen=True)
@@ -305,19 +336,21 @@ def iter_snapshots(path: str | os.PathLike[str]) -> Iterator[tuple[np.ndarray, n
 def open_dataset(path: str | os.PathLike[str]) -> xr.Dataset:
     """The store as a lazy xarray Dataset, trimmed like ``read_trajectory``.
 
-    Dimensions ``time``, ``token``, ``dim`` (plus ``label_dim`` for 2-D labels and ``gauge_dim``
-    with a gauge); ``t`` is the indexed coordinate of ``time``. ``attrs["status"]`` is the status
+    Dimensions ``t``, ``token``, ``dim`` (plus ``label_dim`` for 2-D labels and ``gauge_dim``
+    with a gauge); ``t`` is the indexed coordinate of its own dimension. ``attrs["status"]`` is the status
     ``read_trajectory`` reports. Variables load on access (no dask; call ``.chunk()`` for dask).
     """
     group = _open_store(path)
     recorded = group.attrs.get("n_snapshots")
-    k = sum(ts.shape[0] for ts, _ in _complete_blocks(group["t"], group["x"], recorded=recorded))
-    status = _resolved_status(dict(group.attrs), k)
-    ds = xr.open_zarr(Path(path), consolidated=False, chunks=None, zarr_format=3)
-    ds = ds.isel(time=slice(0, k))
-    if "t" not in ds.coords:
-        ds = ds.set_coords("t")
-    ds = ds.set_xindex("t")
+    blocks = [ts for ts, _ in _complete_blocks(group["t"], group["x"], recorded=recorded)]
+    ts = np.concatenate(blocks)
+    status = _resolved_status(dict(group.attrs), ts.shape[0])
+    consolidated = group.metadata.consolidated_metadata is not None
+    # `t` is read above, trimmed: xarray would load its whole index at once, torn chunk included.
+    ds = xr.open_zarr(Path(path), consolidated=consolidated, chunks=None, zarr_format=3, drop_variables="t")
+    if "time" in ds.dims:  # a store written before the time dimension was named `t`
+        ds = ds.rename_dims({"time": "t"})
+    ds = ds.isel(t=slice(0, ts.shape[0])).assign_coords(t=("t", ts, _ARRAY_ATTRS["t"]))
     ds.attrs["status"] = status
     return ds
 
@@ -343,8 +376,9 @@ def _create_store(
         chunks=(1,),
         dtype="float64",
         fill_value=np.nan,
-        dimension_names=("time",),
+        dimension_names=("t",),
         compressors=_codecs(),
+        attributes=_ARRAY_ATTRS["t"],
     )
     group.create_array(
         "x",
@@ -352,10 +386,9 @@ def _create_store(
         chunks=(1, n, d),
         dtype=dtype,
         fill_value=np.nan,
-        dimension_names=("time", "token", "dim"),
+        dimension_names=("t", "token", "dim"),
         compressors=_codecs(),
-        # CF convention: xarray decodes `t` as a coordinate of `x`.
-        attributes={"coordinates": "t"},
+        attributes=_ARRAY_ATTRS["x"],
     )
     xi_dims = ("token",) if xi.ndim == 1 else ("token", "label_dim")
     xi_array = group.create_array(
@@ -365,6 +398,7 @@ def _create_store(
         dtype=xi.dtype,
         dimension_names=xi_dims,
         compressors=_codecs(),
+        attributes=_ARRAY_ATTRS["xi"],
     )
     xi_array[...] = xi
     if gauge is not None:
@@ -375,8 +409,14 @@ def _create_store(
             dtype=dtype,
             dimension_names=("token", "gauge_dim", "dim"),
             compressors=_codecs(),
+            attributes=_ARRAY_ATTRS["gauge"],
         )
         gauge_array[...] = gauge.astype(dtype)
+    with warnings.catch_warnings():
+        # zarr notes that consolidated metadata are not (yet) in the Zarr v3 specification; xarray
+        # reads them, and readers without them fall back to the arrays' own metadata.
+        warnings.simplefilter("ignore", ZarrUserWarning)
+        zarr.consolidate_metadata(path, zarr_format=3)
 
 
 def _move_into_place(staging: Path, path: Path, *, overwrite: bool) -> None:

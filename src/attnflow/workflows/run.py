@@ -251,7 +251,7 @@ def _open_writer(config: Config, sim, out_dir: Path, resolved: dict, *, resume: 
         )
     fixed = isinstance(sim.integrator.default_steps(sim.dt, max_steps=1), ConstantSteps)
     resumable = fixed and sim.noise == 0 and _keeps_state(config)
-    if not resumable and (stored.sizes["time"] > 1 or not _keeps_state(config)):
+    if not resumable and (stored.sizes["t"] > 1 or not _keeps_state(config)):
         raise ConfigError(
             "run: `--resume` must continue a deterministic fixed-step run whose store keeps its "
             "state (every token and snapshot, at the solver's dtype); got an adaptive, noisy or "
@@ -314,7 +314,7 @@ class _Snapshots:
 
     def add(self, k: int, x: np.ndarray) -> None:
         """Snapshot number ``k`` of the whole run (its time ``k · save_every``)."""
-        t = k * self.save_every
+        t = store.snapshot_time(k, self.save_every)
         if self.first is None:
             self.first = (t, np.array(x))
         with self.writing():  # the metrics and the store take the snapshot together (Ctrl-C waits)
