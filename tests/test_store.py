@@ -447,3 +447,37 @@ def test_sigkill_leaves_every_completed_snapshot_readable(tmp_path):
     ds = open_dataset(path)
     assert ds.sizes["t"] == count
     np.testing.assert_array_equal(ds.x.values, expected)
+
+
+# --- compact RoPE gauge ---------------------------------------------------------------------------
+
+
+def test_rope_gauge_is_stored_as_angles_and_applies_without_matrices(tmp_path):
+    n, d = 4, 6
+    angles = np.outer(np.arange(n), [0.3, 1.1])  # two rotated pairs, the last pair fixed
+    path = tmp_path / "trajectory.zarr"
+    xs = np.sin(np.arange(2 * n * d).reshape(2, n, d))
+    with TrajectoryWriter(path, n_snapshots_max=2, n=n, d=d, xi=np.arange(n), rope_angles=angles) as writer:
+        for k in range(2):
+            writer.append(k, xs[k])
+    assert not (path / "gauge").exists()  # n*m angles, no n*d*d matrices
+    traj = read_trajectory(path)
+    q = np.zeros((n, d, d))
+    for i in range(n):
+        q[i] = np.eye(d)
+        for k, a in enumerate(angles[i]):
+            q[i, 2 * k : 2 * k + 2, 2 * k : 2 * k + 2] = [[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]]
+    np.testing.assert_allclose(traj.gauge, q, rtol=0, atol=1e-15)  # cos/sin round-off
+    expected = np.einsum("nij,tnj->tni", q, xs)
+    np.testing.assert_allclose(traj.gauge_frame(traj.xs), expected, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(traj.gauge_frame(traj.xs[:, [1, 3]], [1, 3]), expected[:, [1, 3]], atol=1e-15)
+    ds = open_dataset(path)
+    assert ds.gauge_angles.dims == ("token", "rope_pair") and ds.gauge_angles.attrs["gauge_kind"] == "rope"
+    with pytest.raises(ValueError, match=r"store: `rope_angles` must have shape \(n, m\) with n = 4, 1 <= m"):
+        TrajectoryWriter(
+            tmp_path / "b.zarr", n_snapshots_max=1, n=n, d=d, xi=np.arange(n), rope_angles=np.ones((n, 4))
+        )
+    with pytest.raises(ValueError, match=r"store: `gauge` and `rope_angles` must not be given together"):
+        TrajectoryWriter(
+            tmp_path / "c.zarr", n_snapshots_max=1, n=n, d=d, xi=np.arange(n), gauge=q, rope_angles=angles
+        )
