@@ -157,7 +157,7 @@ class OnlineSummary:
         if self.last is None:
             raise ValueError("summarize: `xs` must hold at least one snapshot; got none.")
         x, kernel, n = self.last, self.kernel, self.last.shape[0]
-        q = None if kernel.gauge.is_identity else np.asarray(kernel.gauge.matrices())
+        q = None if kernel.gauge.is_identity else kernel.gauge.matrices()  # one copy: jnp, not np
         pairwise = n <= PAIRWISE_LIMIT
         final = metrics.snapshot_summary(x, q=q, groups=self.groups, theta_c=self.theta_c, pairwise=pairwise)
         methods = {"energy": self.energy_method}
