@@ -586,3 +586,25 @@ def test_strict_types_still_take_toml_ints_for_numbers_and_strings_for_paths(tmp
         load_config(path, ["model.causal=yes"])
     with pytest.raises(ConfigError, match=r"`model\.n` must be an integer >= 2; got '64'\."):
         load_config(path, ['model.n="64"'])
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            {"solver": {"interaction": "fast"}},
+            "`solver.interaction` must be one of 'auto', 'exact', 'expansion'; got 'fast'.",
+        ),
+        ({"solver": {"tolerance": 2.0}}, "`solver.tolerance` must be a number > 0 and < 1; got 2.0."),
+        (
+            {"storage": {"snapshots": "some"}},
+            "`storage.snapshots` must be one of 'all', 'final'; got 'some'.",
+        ),
+        ({"storage": {"token_stride": 0}}, "`storage.token_stride` must be an integer >= 1; got 0."),
+    ],
+)
+def test_a_key_s_meaning_is_not_rendered_as_its_constraint(data, message):
+    """Fields whose description says what they mean get their constraint from their type."""
+    with pytest.raises(ConfigError) as caught:
+        config_from_dict(data)
+    assert str(caught.value) == f"config: {message}"
