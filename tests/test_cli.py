@@ -308,7 +308,7 @@ def test_reproduce_passes_every_set_to_its_runs(tmp_path, monkeypatch):
     [
         ("solver.dt", "error: --set: `solver.dt` must be given as section.key=value; got 'solver.dt'."),
         ("solver.foo=1", "error: --set: `solver.foo` must be one of the keys of [solver]; got 'foo'."),
-        ('solver.interaction="nope"', "error: E0.toml: `solver.interaction` must be how the attention sums"),
+        ('solver.interaction="nope"', "error: E0.toml: `solver.interaction` must be one of 'auto', 'exact'"),
     ],
 )
 def test_reproduce_refuses_a_bad_set_in_one_line_before_writing(tmp_path, override, message):
