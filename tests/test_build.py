@@ -158,3 +158,18 @@ def test_memory_estimate_of_a_streamed_expansion_run_holds_no_snapshot_history()
     assert streamed["solver.save_every"] == 3 * (64 + 2) * 1_000_000 * 3 * 8
     assert streamed["model.n"] == 16 * 1_000_000 * 3 * 8 + 2 * 1_000_000 * 165 * 8  # rank 165 at 1e-8
     assert sum(streamed.values()) < 8 * 2**30
+
+
+def test_rope_at_large_d_counts_one_dense_copy_and_fits_24_gb():
+    """The store keeps RoPE's angles: only the metrics' n x d x d matrices remain of the gauge."""
+    from attnflow.io.config import config_from_dict
+    from attnflow.workflows.build import check_memory, memory_estimate
+
+    data = {"model": {"n": 64, "d": 5000}, "aux": {"kind": "positions"}, "gauge": {"kind": "rope"}}
+    config = config_from_dict(data)
+    dense = 64 * 5000 * 5000 * 8
+    assert dense <= memory_estimate(config)["model.d"] <= dense + 64 * 8  # + the n x 1 angles
+    for streamed in (True, False):
+        check_memory(config, limit=24 * 10**9, streamed=streamed)  # does not raise
+    generalized = config_from_dict({**data, "gauge": {"kind": "prompt"}, "aux": {"kind": "prompts"}})
+    assert memory_estimate(generalized)["model.d"] >= 3 * dense  # dense gauges: simulation + 2 edges

@@ -165,7 +165,7 @@ def test_sigkilled_run_leaves_a_readable_trajectory(tmp_path):
     assert np.all(np.isfinite(stored.xs))
     np.testing.assert_allclose(np.linalg.norm(stored.xs, axis=-1), 1.0, atol=1e-12)  # snapshots are whole
     assert np.allclose(np.diff(stored.ts), 0.5)  # a contiguous prefix of the save times
-    assert open_dataset(out / "trajectory.zarr").sizes["time"] == stored.ts.size
+    assert open_dataset(out / "trajectory.zarr").sizes["t"] == stored.ts.size
 
 
 def test_plot_of_a_folder_without_a_store_exits_2(tmp_path):
@@ -308,7 +308,7 @@ def test_reproduce_passes_every_set_to_its_runs(tmp_path, monkeypatch):
     [
         ("solver.dt", "error: --set: `solver.dt` must be given as section.key=value; got 'solver.dt'."),
         ("solver.foo=1", "error: --set: `solver.foo` must be one of the keys of [solver]; got 'foo'."),
-        ('solver.interaction="nope"', "error: E0.toml: `solver.interaction` must be how the attention sums"),
+        ('solver.interaction="nope"', "error: E0.toml: `solver.interaction` must be one of 'auto', 'exact'"),
     ],
 )
 def test_reproduce_refuses_a_bad_set_in_one_line_before_writing(tmp_path, override, message):

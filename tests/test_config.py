@@ -543,3 +543,68 @@ def test_config_error_also_takes_a_finished_message():
     assert isinstance(error, ValueError)
     assert error.at("run.toml") is error
     assert str(pickle.loads(pickle.dumps(error))) == str(error)
+
+
+@pytest.mark.parametrize(
+    ("section", "name", "value", "constraint"),
+    [
+        ("model", "n", "64", "an integer >= 2"),
+        ("model", "n", 64.0, "an integer >= 2"),
+        ("model", "causal", "yes", "true or false"),
+        ("model", "causal", 1, "true or false"),
+        ("model", "beta", True, "a number > 0"),
+        ("model", "beta", "1.0", "a number > 0"),
+        ("aux", "n_prompts", "4", "an integer >= 1"),
+        ("init", "seed", "3", r"an integer in \[0, 2\*\*63 - 1\]"),
+        ("solver", "block_size", "8", "an integer >= 1"),
+        ("model", "d", 3.0, "an integer >= 2"),
+        ("gauge", "omega", "1", "'full_period' or a number"),
+        ("init", "path", 3, r"a file path \(a non-empty string\)"),
+    ],
+)
+def test_types_are_strict(section, name, value, constraint):
+    """No coercion from strings or between bool and numbers: one line naming key, constraint, value."""
+    with pytest.raises(
+        ConfigError,
+        match=rf"^config: `{section}\.{name}` must be {constraint}; got {re.escape(repr(value))}\.$",
+    ):
+        config_from_dict({section: {name: value}})
+
+
+def test_strict_types_still_take_toml_ints_for_numbers_and_strings_for_paths(tmp_path):
+    (tmp_path / "x0.npy").write_bytes(b"")
+    path = tmp_path / "c.toml"
+    path.write_text(
+        '[model]\nd = 5\nbeta = 2\nnoise = 0\n[aux]\nkind = "positions"\n'
+        '[gauge]\nkind = "rope"\nfrequencies = [1, 2.5]\n[init]\nkind = "file"\npath = "x0.npy"\n'
+    )
+    config = load_config(path)
+    assert config.model.beta == 2.0 and isinstance(config.model.beta, float | int)
+    assert config.gauge.frequencies == (1.0, 2.5)
+    assert Path(config.init.path).name == "x0.npy"
+    with pytest.raises(ConfigError, match=r"`model\.causal` must be true or false; got 'yes'\."):
+        load_config(path, ["model.causal=yes"])
+    with pytest.raises(ConfigError, match=r"`model\.n` must be an integer >= 2; got '64'\."):
+        load_config(path, ['model.n="64"'])
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            {"solver": {"interaction": "fast"}},
+            "`solver.interaction` must be one of 'auto', 'exact', 'expansion'; got 'fast'.",
+        ),
+        ({"solver": {"tolerance": 2.0}}, "`solver.tolerance` must be a number > 0 and < 1; got 2.0."),
+        (
+            {"storage": {"snapshots": "some"}},
+            "`storage.snapshots` must be one of 'all', 'final'; got 'some'.",
+        ),
+        ({"storage": {"token_stride": 0}}, "`storage.token_stride` must be an integer >= 1; got 0."),
+    ],
+)
+def test_a_key_s_meaning_is_not_rendered_as_its_constraint(data, message):
+    """Fields whose description says what they mean get their constraint from their type."""
+    with pytest.raises(ConfigError) as caught:
+        config_from_dict(data)
+    assert str(caught.value) == f"config: {message}"

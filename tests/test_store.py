@@ -20,6 +20,7 @@ from attnflow.io.store import (
     TrajectoryWriter,
     open_dataset,
     read_trajectory,
+    snapshot_time,
 )
 
 N, D = 5, 3
@@ -127,31 +128,79 @@ def test_overwrite_replaces_a_store(tmp_path):
 def test_xarray_open_zarr_sees_dims_and_time_coordinate(tmp_path):
     path = tmp_path / "trajectory.zarr"
     _write(path, 4, gauge=_rotations(N), attrs={"model": {"n": N}})
-    for consolidated in (None, False):
+    for consolidated in (None, True, False):
         with warnings.catch_warnings():
-            # xarray warns that it fell back from consolidated metadata (we keep none: see store.py).
-            warnings.filterwarnings("ignore", message=".*consolidated", category=RuntimeWarning)
+            warnings.simplefilter("error")  # consolidated metadata: no fallback warning from xarray
             ds = xr.open_zarr(path, consolidated=consolidated)
-        assert ds.x.dims == ("time", "token", "dim")
-        assert ds.t.dims == ("time",)
-        assert "t" in ds.coords
+        assert ds.x.dims == ("t", "token", "dim")
+        assert ds.t.dims == ("t",)
+        assert "t" in ds.indexes  # `t` is the coordinate of its own dimension
         assert ds.xi.dims == ("token",)
         assert ds.gauge.dims == ("token", "gauge_dim", "dim")
-        assert ds.sizes["time"] == 10  # the raw view shows the preallocation, NaN past the end
+        assert ds.sizes["t"] == 10  # the raw view shows the preallocation, NaN past the end
         assert np.isnan(ds.t.values[4:]).all()
         assert ds.attrs["model"] == {"n": N}
+        for name in ("t", "x", "xi", "gauge"):
+            assert ds[name].attrs["long_name"] and ds[name].attrs["units"] == "1"
+
+
+def test_snapshot_time_is_the_decimal_product():
+    assert 3 * 0.1 != 0.3  # the product of floats misses the decimal...
+    assert snapshot_time(3, 0.1) == 0.3  # ...which the store's times hit
+    assert [snapshot_time(k, 0.25) for k in range(4)] == [0.0, 0.25, 0.5, 0.75]
+    assert all(snapshot_time(k, 0.1) == float(f"{k / 10}") for k in range(1000))
+
+
+def test_sel_by_typed_time(tmp_path):
+    path = tmp_path / "trajectory.zarr"
+    writer = TrajectoryWriter(path, n_snapshots_max=8, n=N, d=D, xi=np.arange(N))
+    for k in range(8):
+        writer.append(snapshot_time(k, 0.1), _x(k))
+    writer.close()
+    np.testing.assert_array_equal(open_dataset(path).x.sel(t=0.3).values, _x(3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(xr.open_zarr(path).x.sel(t=0.7).values, _x(7))
+
+
+def test_store_of_the_earlier_layout_still_reads(tmp_path):
+    """A store written before the conventions (dimension `time`, `t` a CF coordinate of `x`, no
+    consolidated metadata) reads with `t` as its own dimension."""
+    path = tmp_path / "old.zarr"
+    group = zarr.open_group(path, mode="w-", zarr_format=3, attributes={"status": "ok", "n_snapshots": 2})
+    t = group.create_array(
+        "t", shape=(3,), chunks=(1,), dtype="float64", fill_value=np.nan, dimension_names=("time",)
+    )
+    x = group.create_array(
+        "x",
+        shape=(3, N, D),
+        chunks=(1, N, D),
+        dtype="float64",
+        fill_value=np.nan,
+        dimension_names=("time", "token", "dim"),
+        attributes={"coordinates": "t"},
+    )
+    xi = group.create_array("xi", shape=(N,), chunks=(N,), dtype="int64", dimension_names=("token",))
+    xi[...] = np.arange(N)
+    for k in range(2):
+        x[k] = _x(k)
+        t[k] = 0.5 * k
+    ds = open_dataset(path)
+    assert ds.x.dims == ("t", "token", "dim") and ds.sizes["t"] == 2
+    np.testing.assert_array_equal(ds.x.sel(t=0.5).values, _x(1))
+    assert read_trajectory(path).status == "ok"
 
 
 def test_open_dataset_is_trimmed_and_indexed_by_t(tmp_path):
     path = tmp_path / "trajectory.zarr"
     _write(path, 4, gauge=_rotations(N), close=False)
     ds = open_dataset(path)
-    assert ds.sizes == {"time": 4, "token": N, "dim": D, "gauge_dim": D}
+    assert ds.sizes == {"t": 4, "token": N, "dim": D, "gauge_dim": D}
     assert ds.attrs["status"] == "incomplete"
     np.testing.assert_array_equal(ds.t.values, 0.1 * np.arange(4))
     np.testing.assert_array_equal(ds.x.sel(t=0.2).values, _x(2))
     # The gauge-frame view u_i = Q(xi_i) x_i is one xarray.dot.
-    u = xr.dot(ds.gauge, ds.x, dim="dim").transpose("time", "token", "gauge_dim")
+    u = xr.dot(ds.gauge, ds.x, dim="dim").transpose("t", "token", "gauge_dim")
     expected = np.einsum("iab,tib->tia", _rotations(N), np.stack([_x(k) for k in range(4)]))
     np.testing.assert_allclose(u.values, expected, rtol=0, atol=1e-15)  # one matmul of round-off
 
@@ -174,7 +223,7 @@ def test_empty_store_reads(tmp_path):
     _write(path, 0, close=False)
     traj = read_trajectory(path)
     assert traj.xs.shape == (0, N, D)
-    assert open_dataset(path).sizes["time"] == 0
+    assert open_dataset(path).sizes["t"] == 0
 
 
 def test_x_written_but_t_not_is_not_a_snapshot(tmp_path):
@@ -183,7 +232,7 @@ def test_x_written_but_t_not_is_not_a_snapshot(tmp_path):
     writer = _write(path, 4, close=False)
     writer._x[4] = _x(4)
     assert read_trajectory(path).xs.shape == (4, N, D)
-    assert open_dataset(path).sizes["time"] == 4
+    assert open_dataset(path).sizes["t"] == 4
 
 
 @pytest.mark.parametrize("array", ["t", "x"])
@@ -197,7 +246,7 @@ def test_torn_last_chunk_ends_the_prefix(tmp_path, array):
     traj = read_trajectory(path)
     assert traj.xs.shape == (5, N, D)
     np.testing.assert_array_equal(traj.xs, np.stack([_x(k) for k in range(5)]))
-    assert open_dataset(path).sizes["time"] == 5
+    assert open_dataset(path).sizes["t"] == 5
 
 
 def _garble(chunk):
@@ -396,5 +445,39 @@ def test_sigkill_leaves_every_completed_snapshot_readable(tmp_path):
     expected = np.broadcast_to((np.arange(count) + 1.0)[:, None, None], (count, 16, 3))
     np.testing.assert_array_equal(traj.xs, expected)
     ds = open_dataset(path)
-    assert ds.sizes["time"] == count
+    assert ds.sizes["t"] == count
     np.testing.assert_array_equal(ds.x.values, expected)
+
+
+# --- compact RoPE gauge ---------------------------------------------------------------------------
+
+
+def test_rope_gauge_is_stored_as_angles_and_applies_without_matrices(tmp_path):
+    n, d = 4, 6
+    angles = np.outer(np.arange(n), [0.3, 1.1])  # two rotated pairs, the last pair fixed
+    path = tmp_path / "trajectory.zarr"
+    xs = np.sin(np.arange(2 * n * d).reshape(2, n, d))
+    with TrajectoryWriter(path, n_snapshots_max=2, n=n, d=d, xi=np.arange(n), rope_angles=angles) as writer:
+        for k in range(2):
+            writer.append(k, xs[k])
+    assert not (path / "gauge").exists()  # n*m angles, no n*d*d matrices
+    traj = read_trajectory(path)
+    q = np.zeros((n, d, d))
+    for i in range(n):
+        q[i] = np.eye(d)
+        for k, a in enumerate(angles[i]):
+            q[i, 2 * k : 2 * k + 2, 2 * k : 2 * k + 2] = [[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]]
+    np.testing.assert_allclose(traj.gauge, q, rtol=0, atol=1e-15)  # cos/sin round-off
+    expected = np.einsum("nij,tnj->tni", q, xs)
+    np.testing.assert_allclose(traj.gauge_frame(traj.xs), expected, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(traj.gauge_frame(traj.xs[:, [1, 3]], [1, 3]), expected[:, [1, 3]], atol=1e-15)
+    ds = open_dataset(path)
+    assert ds.gauge_angles.dims == ("token", "rope_pair") and ds.gauge_angles.attrs["gauge_kind"] == "rope"
+    with pytest.raises(ValueError, match=r"store: `rope_angles` must have shape \(n, m\) with n = 4, 1 <= m"):
+        TrajectoryWriter(
+            tmp_path / "b.zarr", n_snapshots_max=1, n=n, d=d, xi=np.arange(n), rope_angles=np.ones((n, 4))
+        )
+    with pytest.raises(ValueError, match=r"store: `gauge` and `rope_angles` must not be given together"):
+        TrajectoryWriter(
+            tmp_path / "c.zarr", n_snapshots_max=1, n=n, d=d, xi=np.arange(n), gauge=q, rope_angles=angles
+        )

@@ -5,11 +5,11 @@ import json
 import re
 import shutil
 import subprocess
-import types
 
 import numpy as np
 import pytest
 
+from attnflow.io.store import StoredGauge, StoredTrajectory
 from attnflow.viz.animation import write_animation
 from attnflow.viz.viewer import pick, viewer_html, write_viewer
 
@@ -30,7 +30,14 @@ def _stored(frames=30, n=48, d=3, gauge=True):
         rotations = np.zeros((n, 3, 3))
         rotations[:, 0, 0], rotations[:, 0, 1], rotations[:, 1, 0], rotations[:, 1, 1] = c, -s, s, c
         rotations[:, 2, 2] = 1.0
-    return types.SimpleNamespace(ts=ts, xs=xs[..., :d], xi=np.arange(n, dtype=float), gauge=rotations)
+    return StoredTrajectory(
+        ts=ts,
+        xs=xs[..., :d],
+        xi=np.arange(n, dtype=float),
+        attrs={},
+        status="ok",
+        stored_gauge=None if rotations is None else StoredGauge(d=d, matrices=rotations),
+    )
 
 
 def _data(page: str) -> dict:
@@ -49,7 +56,7 @@ def test_pick_spreads_indices_and_keeps_both_ends(count, limit):
 
 def test_page_holds_the_positions_and_nothing_from_outside():
     run = _stored()
-    page = viewer_html(run.ts, run.xs, run.xi, run.gauge, title="t <run>")
+    page = viewer_html(run.ts, run.xs, run.xi, run.gauge_frame, title="t <run>")
     data = _data(page)
     positions = np.frombuffer(base64.b64decode(data["positions"]), dtype="<i2").reshape(2, 30, 48, 3) / 32767
     np.testing.assert_allclose(positions[0], run.xs, atol=1 / 32767)

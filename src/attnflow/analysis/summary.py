@@ -9,6 +9,14 @@ non-decreasing, the collapse times, the ``series``, and ``methods``: how each qu
 has more than one way was computed. :func:`summarize` is the same for a whole ``xs (T, n, d)``;
 it never simulates.
 
+Counting and shape (:data:`DESCRIPTIONS`): ``n_clusters`` counts the chains of tokens linked by
+angles below ``theta_c`` (connected components of the threshold graph), so a continuum whose
+neighbours are closer than ``theta_c`` - a circle, an arc - counts as ONE cluster, beside a mean
+cosine near 0; ``n_eff`` is the inverse participation ``1 / Σ p_k²`` of those components' masses.
+``shape`` (for d = 3) names what the final state is: dirac, great_circle, arc, antipodal_arcs,
+small_circle or clusters (:func:`attnflow.analysis.shapes.classify_shape`); ``gauge_shape`` is the
+same for the gauge frame ``u_i = Q(ξ_i) x_i``, where a gauge is set.
+
 Large runs: the energy is exact (``O(n²)`` per snapshot, tiled) or, with ``energy="expansion"``,
 the ``O(n)`` expansion within its tolerance (:func:`attnflow.numerics.expansion.expansion_energy`).
 The quantities that need every pair (``min_cosine``, ``n_clusters``, ``n_eff``) are exact up to
@@ -23,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnflow.analysis import metrics
+from attnflow.analysis.shapes import classify_shape
 from attnflow.analysis.theory import energy_max
 from attnflow.core.gauges import Gauge
 from attnflow.core.kernel import Kernel
@@ -31,6 +40,7 @@ from attnflow.numerics.summation import energy
 
 __all__ = [
     "COLLAPSE_THRESHOLD",
+    "DESCRIPTIONS",
     "ENERGY_TOL",
     "PAIRWISE_KEYS",
     "PAIRWISE_LIMIT",
@@ -45,6 +55,21 @@ COLLAPSE_THRESHOLD = 0.999  # mean cosine at which a state counts as collapsed (
 ENERGY_TOL = 1e-10  # relative decrease allowed between snapshots (round-off of the energy sum)
 PAIRWISE_LIMIT = 8192  # above this n the O(n²) diagnostics use a subsample of this many tokens
 PAIRWISE_KEYS = ("min_cosine", "n_clusters", "n_eff")
+
+# What the counting and shape entries of metrics.json mean (a reader of "n_clusters = 1" next to a
+# mean cosine of 0.01 needs the first line).
+DESCRIPTIONS = {
+    "n_clusters": (
+        "number of chains of tokens at angles below theta_c (connected components of the graph "
+        "cos(x_i, x_j) >= cos theta_c): a circle or an arc of close tokens counts as one"
+    ),
+    "n_eff": "1 / sum_k p_k^2 over the masses p_k of the n_clusters components (1 for a circle too)",
+    "shape": (
+        "class of the final state for d = 3 (dirac, great_circle, arc, antipodal_arcs, small_circle, "
+        "clusters; attnflow.analysis.shapes), null otherwise"
+    ),
+    "gauge_shape": "shape of the gauge frame u_i = Q(xi_i) x_i (only where a gauge is set)",
+}
 
 
 def gauge_frames(gauge: Gauge, xs) -> np.ndarray:
@@ -132,7 +157,7 @@ class OnlineSummary:
         if self.last is None:
             raise ValueError("summarize: `xs` must hold at least one snapshot; got none.")
         x, kernel, n = self.last, self.kernel, self.last.shape[0]
-        q = None if kernel.gauge.is_identity else np.asarray(kernel.gauge.matrices())
+        q = None if kernel.gauge.is_identity else kernel.gauge.matrices()  # one copy: jnp, not np
         pairwise = n <= PAIRWISE_LIMIT
         final = metrics.snapshot_summary(x, q=q, groups=self.groups, theta_c=self.theta_c, pairwise=pairwise)
         methods = {"energy": self.energy_method}
@@ -161,6 +186,9 @@ class OnlineSummary:
                 self.series["t"], self.series["gauge_mean_cosine"], threshold=COLLAPSE_THRESHOLD
             ),
         )
+        final["shape"] = _shape(x)
+        if q is not None:
+            final["gauge_shape"] = _shape(np.einsum("nij,nj->ni", q, x))
         final["series"] = {k: list(v) for k, v in self.series.items()}
         final["methods"] = methods
         return final
@@ -188,6 +216,13 @@ def summarize(
     summary = OnlineSummary(kernel, groups=groups, block_size=block_size, theta_c=theta_c)
     summary.add(ts, np.asarray(xs))
     return summary.result()
+
+
+def _shape(x: np.ndarray) -> str | None:
+    """:func:`classify_shape` of a finite state on ``S^2``; None for d != 3 or a non-finite state."""
+    if x.ndim != 2 or x.shape[1] != 3 or not np.isfinite(x).all():
+        return None
+    return classify_shape(x)
 
 
 def _relative_gap(e_max: float | None, e: float) -> float | None:

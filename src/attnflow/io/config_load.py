@@ -23,7 +23,7 @@ from os import PathLike
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from annotated_types import Ge, Gt, MinLen
+from annotated_types import Ge, Gt, Le, Lt, MinLen
 from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 
@@ -111,7 +111,13 @@ _PLURAL = {int: "integers", float: "numbers", str: "strings"}
 
 
 def _constraint(field: FieldInfo) -> str:
-    return field.description or _phrase(field.annotation, tuple(field.metadata))
+    """The field's constraint in words: its description where that states one (it starts with
+    "a " or "an ", e.g. "an integer in [0, 2**63 - 1]"), else phrased from its type; a description
+    that says what the key means ("how the attention sums are computed") is not a constraint."""
+    description = field.description or ""
+    if description.startswith(("a ", "an ")):
+        return description
+    return _phrase(field.annotation, tuple(field.metadata))
 
 
 def _phrase(annotation: Any, metadata: tuple[Any, ...] = ()) -> str:
@@ -156,9 +162,11 @@ def _unwrap(annotation: Any, metadata: tuple[Any, ...]) -> tuple[Any, tuple[Any,
 
 
 def _bounds(metadata: tuple[Any, ...]) -> str:
-    words = [f" > {m.gt:g}" for m in metadata if isinstance(m, Gt)]
-    words += [f" >= {m.ge:g}" for m in metadata if isinstance(m, Ge)]
-    return "".join(words)
+    words = [f"> {m.gt:g}" for m in metadata if isinstance(m, Gt)]
+    words += [f">= {m.ge:g}" for m in metadata if isinstance(m, Ge)]
+    words += [f"< {m.lt:g}" for m in metadata if isinstance(m, Lt)]
+    words += [f"<= {m.le:g}" for m in metadata if isinstance(m, Le)]
+    return (" " + " and ".join(words)) if words else ""
 
 
 # --- loading, overrides, hashing ----------------------------------------------------------------

@@ -5,13 +5,17 @@ A configuration is plain, frozen data: seven sections (``model``, ``aux``, ``gau
 Constraints on one value (type, range, allowed choices) live on the field; rules that tie several
 values together are in :mod:`attnflow.io.config_rules`, run by the :class:`Config` validator once
 every field is valid.
+
+Types are strict, field by field: an integer field takes an integer (not ``"64"``, not ``64.0``),
+a boolean ``true``/``false`` (not ``"yes"``, not 1), a string a string; a number field takes an
+integer too (TOML's ``beta = 1``). Lists are TOML arrays (read as tuples), with strict entries.
 """
 
 from typing import Annotated, Literal, Self
 
 import numpy as np
 from annotated_types import Ge, Gt, Le, MinLen
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
 from attnflow.io.config_rules import check_rules
 
@@ -29,13 +33,19 @@ __all__ = [
 
 SKEW_ATOL = 1e-12  # entrywise tolerance on |G + G^T| for generalized_rope generators
 
-PositiveFloat = Annotated[float, Gt(0)]
-NonNegativeFloat = Annotated[float, Ge(0)]
+# Strict scalars: no coercion from strings ("64", "yes") or between bool and numbers; a strict
+# float still takes an int (TOML writes beta = 1).
+Int = Annotated[int, Strict()]
+Float = Annotated[float, Strict()]
+Bool = Annotated[bool, Strict()]
+Str = Annotated[str, Strict()]
+PositiveFloat = Annotated[Float, Gt(0)]
+NonNegativeFloat = Annotated[Float, Ge(0)]
 SEED_MAX = 2**63 - 1  # seeds are signed 64-bit integers (JAX and NumPy keys)
-Seed = Annotated[int, Ge(0), Le(SEED_MAX), Field(description="an integer in [0, 2**63 - 1]")]
-FloatList = Annotated[tuple[float, ...], MinLen(1)]
-Matrix = tuple[tuple[float, ...], ...]
-FilePath = Annotated[str | None, Field(description="a file path (a non-empty string)", min_length=1)]
+Seed = Annotated[Int, Ge(0), Le(SEED_MAX), Field(description="an integer in [0, 2**63 - 1]")]
+FloatList = Annotated[tuple[Float, ...], MinLen(1)]
+Matrix = tuple[tuple[Float, ...], ...]
+FilePath = Annotated[Str | None, Field(description="a file path (a non-empty string)", min_length=1)]
 
 
 class _Frozen(BaseModel):
@@ -45,13 +55,13 @@ class _Frozen(BaseModel):
 class ModelConfig(_Frozen):
     """The kernel profile and the dynamics: profile, β, time scale, normalisation, values, noise."""
 
-    n: int = Field(64, ge=2)
-    d: int = Field(3, ge=2)
+    n: Int = Field(64, ge=2)
+    d: Int = Field(3, ge=2)
     beta: PositiveFloat = 1.0
     time_scale: Literal["plain", "rescaled"] = "plain"
     profile: Literal["exp", "linear"] = "exp"
     normalization: Literal["usa", "sa"] = "usa"
-    causal: bool = False
+    causal: Bool = False
     value: Literal["gradient", "logits_only"] = "gradient"
     noise: NonNegativeFloat = 0.0
 
@@ -61,7 +71,7 @@ class AuxConfig(_Frozen):
 
     kind: Literal["none", "positions", "prompts", "file"] = "none"
     spacing: Literal["index", "unit", "midpoint"] | PositiveFloat = "index"
-    n_prompts: int = Field(4, ge=1)
+    n_prompts: Int = Field(4, ge=1)
     assignment: Literal["cyclic", "random"] = "cyclic"
     seed: Seed = 0
     path: FilePath = None
@@ -78,7 +88,7 @@ class GaugeConfig(_Frozen):
         None, description="a list of square skew-symmetric matrices (each a list of rows)"
     )
     rates: FloatList = (1.0, 3.0)
-    omega: Literal["full_period"] | float = "full_period"
+    omega: Literal["full_period"] | Float = "full_period"
     seed: Seed = 100
     path: FilePath = None
 
@@ -105,7 +115,7 @@ class FactorConfig(_Frozen):
 
     kind: Literal["none", "distance_bias", "toeplitz_cos", "file"] = "none"
     slope: NonNegativeFloat = 1.0
-    omega: float = 2 * np.pi
+    omega: Float = 2 * np.pi
     path: FilePath = None
 
 
@@ -116,7 +126,7 @@ class InitConfig(_Frozen):
     seed: Seed = 0
     center: FloatList = (0.0, 0.0, 1.0)
     sigma: PositiveFloat = 0.2
-    rho0: float = 0.1
+    rho0: Float = 0.1
     path: FilePath = None
 
     @field_validator("center")
@@ -137,14 +147,14 @@ class SolverConfig(_Frozen):
     rtol: PositiveFloat = 1e-8
     atol: PositiveFloat = 1e-10
     dtype: Literal["float64", "float32"] = "float64"
-    block_size: Annotated[int, Ge(1)] | None = None
+    block_size: Annotated[Int, Ge(1)] | None = None
     interaction: Literal["auto", "exact", "expansion"] = Field(
         "exact",
         description="how the attention sums are computed: 'exact' (all n^2 pairs), 'expansion' "
         "(O(n) by a polynomial of the logit, within `tolerance`; factors none, distance_bias, "
         "toeplitz_cos), or 'auto' (the expansion where its cost model says it is cheaper)",
     )
-    tolerance: float = Field(
+    tolerance: Float = Field(
         1e-10,
         gt=0,
         lt=1,
@@ -157,7 +167,7 @@ class StorageConfig(_Frozen):
     """What a run folder keeps of the snapshots (``trajectory.zarr``); the metrics are computed from
     every token of every snapshot whatever is stored. The defaults store everything."""
 
-    token_stride: Annotated[int, Ge(1)] = Field(
+    token_stride: Annotated[Int, Ge(1)] = Field(
         1, description="store tokens 0, k, 2k, ... of each snapshot (with their labels and gauges)"
     )
     dtype: Literal["float64", "float32"] | None = Field(

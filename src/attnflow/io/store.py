@@ -3,16 +3,25 @@
 A run appends one snapshot ``(t, x)`` at a time to a Zarr v3 group::
 
     trajectory.zarr/
-      zarr.json    group attrs: the resolved config, plus "status" (and "n_snapshots" after close)
-      t            (time,)                 float64, NaN = "not written yet"
-      x            (time, token, dim)      float64 or float32, NaN = "not written yet"
+      zarr.json    group attrs: the resolved config, plus "status" (and "n_snapshots" after close);
+                   the consolidated metadata of every array
+      t            (t,)                    float64, NaN = "not written yet"
+      x            (t, token, dim)         float64 or float32, NaN = "not written yet"
       xi           (token,) or (token, label_dim)
       gauge        (token, gauge_dim, dim) Q(xi_i) when a gauge is set: u_i = Q(xi_i) x_i
+      gauge_angles (token, rope_pair)      instead of ``gauge`` for RoPE: the angles theta_k xi_i of
+                                           the rotations of the coordinate pairs (2k, 2k+1)
+                                           (attribute gauge_kind = "rope", and d); n*m numbers
+                                           instead of n*d*d
 
-``xarray.open_zarr(path)`` reads it as a Dataset with those dimensions and ``t`` as the coordinate
-of ``time``. The gauge's two matrix axes are named ``gauge_dim`` (rows, the gauge frame) and ``dim``
+``xarray.open_zarr(path)`` reads it (without a warning: the metadata are consolidated) as a Dataset
+with those dimensions; ``t`` is the coordinate of its own dimension, so ``ds.sel(t=0.3)`` selects a
+snapshot, since a run stores the times ``snapshot_time(k, save_every)``: the exact decimal
+``k * save_every`` rounded once, not a sum of steps. Every array carries ``long_name`` and ``units``.
+The gauge's two matrix axes are named ``gauge_dim`` (rows, the gauge frame) and ``dim``
 (columns, contracted with ``x``), because xarray does not support a dimension repeated in one
 variable; ``xarray.dot(ds.gauge, ds.x, dim="dim")`` is then the gauge-frame view ``u``.
+Stores written before these conventions (dimension ``time``, no consolidated metadata) still read.
 
 Crash safety: a process killed with SIGKILL at any moment leaves every completed snapshot readable.
 The design, and why each piece is there:
@@ -48,12 +57,14 @@ stray ``*.partial`` temporary file (from zarr, or from step 1); readers ignore i
 from __future__ import annotations
 
 import contextlib
+import decimal
 import errno
 import json
 import math
 import os
 import shutil
 import uuid
+import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,8 +75,18 @@ import numpy as np
 import xarray as xr
 import zarr
 from zarr.codecs import Crc32cCodec
+from zarr.errors import ZarrUserWarning
 
-__all__ = ["StoredTrajectory", "TrajectoryWriter", "iter_snapshots", "open_dataset", "read_trajectory"]
+__all__ = [
+    "StoredGauge",
+    "StoredTrajectory",
+    "TrajectoryWriter",
+    "iter_snapshots",
+    "open_dataset",
+    "read_gauge",
+    "read_trajectory",
+    "snapshot_time",
+]
 
 _WHERE = "store"
 _DTYPES = ("float64", "float32")
@@ -74,8 +95,66 @@ _RESERVED_ATTRS = ("status", "n_snapshots")
 _READ_BLOCK = 256
 
 
+# CF-style attributes of the stored arrays (the model's time and positions are dimensionless).
+_ARRAY_ATTRS = {
+    "t": {"long_name": "time", "units": "1"},
+    "x": {"long_name": "token positions on the unit sphere", "units": "1"},
+    "xi": {"long_name": "frozen token labels", "units": "1"},
+    "gauge": {"long_name": "gauge matrices Q(xi_i), u_i = Q(xi_i) x_i", "units": "1"},
+    "gauge_angles": {
+        "long_name": "RoPE angles: Q(xi_i) rotates coordinates (2k, 2k+1) by gauge_angles[i, k]",
+        "units": "rad",
+        "gauge_kind": "rope",
+    },
+}
+
+
 def _codecs() -> list[Crc32cCodec]:
     return [Crc32cCodec()]
+
+
+def snapshot_time(k: int, save_every: float) -> float:
+    """The time of snapshot ``k``: the decimal product ``k * save_every`` rounded once to a float
+    (``snapshot_time(3, 0.1) == 0.3``, where ``3 * 0.1`` is 0.30000000000000004), so a stored time
+    equals the number a user types, and ``ds.sel(t=0.3)`` finds it."""
+    return float(decimal.Decimal(repr(float(save_every))) * int(k))
+
+
+@dataclass(frozen=True)
+class StoredGauge:
+    """The gauge of a store as it is stored: dense matrices ``(n, d, d)``, or RoPE's angles
+    ``(n, m)`` (``Q(xi_i)`` rotates the coordinate pairs ``(2k, 2k+1)``, ``k < m``, by
+    ``rope_angles[i, k]`` and leaves the others), which apply without any ``d x d`` matrix."""
+
+    d: int
+    matrices: np.ndarray | None = None
+    rope_angles: np.ndarray | None = None
+    dtype: str = "float64"  # of the stored positions, and of ``dense``
+
+    def frame(self, xs: Any, tokens: Any = None) -> np.ndarray:
+        """The gauge frame ``u_i = Q(xi_i) x_i`` of ``xs (..., k, d)``, the positions of the tokens
+        ``tokens`` (indices; all tokens when None), as float64."""
+        xs = np.asarray(xs, dtype=np.float64)
+        rows = slice(None) if tokens is None else np.asarray(tokens)
+        if self.matrices is not None:
+            return np.einsum("nij,...nj->...ni", np.asarray(self.matrices, dtype=np.float64)[rows], xs)
+        angles = np.asarray(self.rope_angles, dtype=np.float64)[rows]
+        m = angles.shape[1]
+        a, b = xs[..., 0 : 2 * m : 2], xs[..., 1 : 2 * m : 2]
+        cos, sin = np.cos(angles), np.sin(angles)
+        u = xs.copy()
+        u[..., 0 : 2 * m : 2] = cos * a - sin * b
+        u[..., 1 : 2 * m : 2] = sin * a + cos * b
+        return u
+
+    def dense(self) -> np.ndarray:
+        """The matrices ``Q(xi_i)``, ``(n, d, d)`` (built from the angles for RoPE: ``n d²``
+        numbers; :meth:`frame` needs none of them)."""
+        if self.matrices is not None:
+            return self.matrices
+        n = self.rope_angles.shape[0]
+        basis = np.broadcast_to(np.eye(self.d)[:, None, :], (self.d, n, self.d))  # e_j of every token
+        return self.frame(basis).transpose(1, 2, 0).astype(self.dtype)  # Q_i e_j is column j of Q_i
 
 
 @dataclass(frozen=True)
@@ -86,18 +165,33 @@ class StoredTrajectory:
         ts: ``(T,)`` float64 snapshot times, strictly increasing.
         xs: ``(T, n, d)`` positions in the stored dtype.
         xi: ``(n,)`` or ``(n, k)`` frozen labels.
-        gauge: ``(n, d, d)`` gauge matrices ``Q(xi_i)``, or ``None`` when no gauge was set.
         attrs: the config dict given to the writer (as JSON round-trips it).
         status: what ``close`` recorded, or ``"incomplete"`` when the writer never closed (or fewer
             snapshots are readable than it recorded).
+        stored_gauge: the gauge as stored (:class:`StoredGauge`), or ``None`` when no gauge was set.
+
+    ``gauge_frame(xs, tokens)`` is the gauge-frame view; ``gauge`` the dense matrices (for RoPE
+    built on access: prefer ``gauge_frame`` at large d).
     """
 
     ts: np.ndarray
     xs: np.ndarray
     xi: np.ndarray
-    gauge: np.ndarray | None
     attrs: dict[str, Any]
     status: str
+    stored_gauge: StoredGauge | None = None
+
+    @property
+    def gauge(self) -> np.ndarray | None:
+        """``(n, d, d)`` gauge matrices ``Q(xi_i)``, or ``None`` when no gauge was set."""
+        return None if self.stored_gauge is None else self.stored_gauge.dense()
+
+    def gauge_frame(self, xs: Any, tokens: Any = None) -> np.ndarray:
+        """``u_i = Q(xi_i) x_i`` of ``xs (..., k, d)`` of the tokens ``tokens`` (all when None);
+        ``xs`` itself (as float64) when no gauge was set."""
+        if self.stored_gauge is None:
+            return np.array(xs, dtype=np.float64)
+        return self.stored_gauge.frame(xs, tokens)
 
 
 class TrajectoryWriter:
@@ -110,6 +204,8 @@ class TrajectoryWriter:
         d: content dimension.
         xi: ``(n,)`` or ``(n, k)`` labels, integer or float.
         gauge: ``(n, d, d)`` matrices ``Q(xi_i)``, or ``None`` when no gauge is set.
+        rope_angles: ``(n, m)`` angles of a RoPE gauge (``m <= d // 2``), stored instead of its
+            matrices (give ``gauge`` or ``rope_angles``, not both).
         attrs: the resolved config (JSON-serialisable), stored as the group's attributes.
         dtype: ``"float64"`` or ``"float32"``, the dtype of ``x`` and ``gauge`` (``t`` is float64).
         overwrite: replace an existing trajectory store at ``path``.
@@ -127,6 +223,7 @@ class TrajectoryWriter:
         d: int,
         xi: Any,
         gauge: Any = None,
+        rope_angles: Any = None,
         attrs: Mapping[str, Any] | None = None,
         dtype: str = "float64",
         overwrite: bool = False,
@@ -138,6 +235,9 @@ class TrajectoryWriter:
         dtype = _check_dtype(dtype)
         xi = _check_xi(xi, n)
         gauge = _check_gauge(gauge, n, d)
+        rope_angles = _check_rope_angles(rope_angles, n, d)
+        if gauge is not None and rope_angles is not None:
+            raise ValueError(f"{_WHERE}: `gauge` and `rope_angles` must not be given together; got both.")
         attrs = _check_attrs(attrs)
         if self._path.exists() and not overwrite:
             raise ValueError(
@@ -160,6 +260,7 @@ class TrajectoryWriter:
                 d=d,
                 xi=xi,
                 gauge=gauge,
+                rope_angles=rope_angles,
                 attrs=attrs,
                 dtype=dtype,
             )
@@ -287,11 +388,26 @@ def read_trajectory(path: str | os.PathLike[str]) -> StoredTrajectory:
     ts = np.concatenate([ts for ts, _ in blocks])
     xs = np.concatenate([xs for _, xs in blocks])
     xi = np.asarray(group["xi"][...])
-    gauge = np.asarray(group["gauge"][...]) if "gauge" in group else None
     attrs = dict(group.attrs)
     status = _resolved_status(attrs, ts.shape[0])
     config = {key: value for key, value in attrs.items() if key not in _RESERVED_ATTRS}
-    return StoredTrajectory(ts=ts, xs=xs, xi=xi, gauge=gauge, attrs=config, status=status)
+    return StoredTrajectory(
+        ts=ts, xs=xs, xi=xi, attrs=config, status=status, stored_gauge=_stored_gauge(group)
+    )
+
+
+def read_gauge(path: str | os.PathLike[str]) -> StoredGauge | None:
+    """The gauge of a store (dense matrices or RoPE angles), without its snapshots."""
+    return _stored_gauge(_open_store(path))
+
+
+def _stored_gauge(group: zarr.Group) -> StoredGauge | None:
+    d, dtype = int(group["x"].shape[2]), np.dtype(group["x"].dtype).name
+    if "gauge" in group:
+        return StoredGauge(d=d, matrices=np.asarray(group["gauge"][...]), dtype=dtype)
+    if "gauge_angles" in group:
+        return StoredGauge(d=d, rope_angles=np.asarray(group["gauge_angles"][...]), dtype=dtype)
+    return None
 
 
 def iter_snapshots(path: str | os.PathLike[str]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -305,19 +421,21 @@ def iter_snapshots(path: str | os.PathLike[str]) -> Iterator[tuple[np.ndarray, n
 def open_dataset(path: str | os.PathLike[str]) -> xr.Dataset:
     """The store as a lazy xarray Dataset, trimmed like ``read_trajectory``.
 
-    Dimensions ``time``, ``token``, ``dim`` (plus ``label_dim`` for 2-D labels and ``gauge_dim``
-    with a gauge); ``t`` is the indexed coordinate of ``time``. ``attrs["status"]`` is the status
+    Dimensions ``t``, ``token``, ``dim`` (plus ``label_dim`` for 2-D labels and ``gauge_dim``
+    with a gauge); ``t`` is the indexed coordinate of its own dimension. ``attrs["status"]`` is the status
     ``read_trajectory`` reports. Variables load on access (no dask; call ``.chunk()`` for dask).
     """
     group = _open_store(path)
     recorded = group.attrs.get("n_snapshots")
-    k = sum(ts.shape[0] for ts, _ in _complete_blocks(group["t"], group["x"], recorded=recorded))
-    status = _resolved_status(dict(group.attrs), k)
-    ds = xr.open_zarr(Path(path), consolidated=False, chunks=None, zarr_format=3)
-    ds = ds.isel(time=slice(0, k))
-    if "t" not in ds.coords:
-        ds = ds.set_coords("t")
-    ds = ds.set_xindex("t")
+    blocks = [ts for ts, _ in _complete_blocks(group["t"], group["x"], recorded=recorded)]
+    ts = np.concatenate(blocks)
+    status = _resolved_status(dict(group.attrs), ts.shape[0])
+    consolidated = group.metadata.consolidated_metadata is not None
+    # `t` is read above, trimmed: xarray would load its whole index at once, torn chunk included.
+    ds = xr.open_zarr(Path(path), consolidated=consolidated, chunks=None, zarr_format=3, drop_variables="t")
+    if "time" in ds.dims:  # a store written before the time dimension was named `t`
+        ds = ds.rename_dims({"time": "t"})
+    ds = ds.isel(t=slice(0, ts.shape[0])).assign_coords(t=("t", ts, _ARRAY_ATTRS["t"]))
     ds.attrs["status"] = status
     return ds
 
@@ -333,6 +451,7 @@ def _create_store(
     d: int,
     xi: np.ndarray,
     gauge: np.ndarray | None,
+    rope_angles: np.ndarray | None,
     attrs: dict[str, Any],
     dtype: str,
 ) -> None:
@@ -343,8 +462,9 @@ def _create_store(
         chunks=(1,),
         dtype="float64",
         fill_value=np.nan,
-        dimension_names=("time",),
+        dimension_names=("t",),
         compressors=_codecs(),
+        attributes=_ARRAY_ATTRS["t"],
     )
     group.create_array(
         "x",
@@ -352,10 +472,9 @@ def _create_store(
         chunks=(1, n, d),
         dtype=dtype,
         fill_value=np.nan,
-        dimension_names=("time", "token", "dim"),
+        dimension_names=("t", "token", "dim"),
         compressors=_codecs(),
-        # CF convention: xarray decodes `t` as a coordinate of `x`.
-        attributes={"coordinates": "t"},
+        attributes=_ARRAY_ATTRS["x"],
     )
     xi_dims = ("token",) if xi.ndim == 1 else ("token", "label_dim")
     xi_array = group.create_array(
@@ -365,6 +484,7 @@ def _create_store(
         dtype=xi.dtype,
         dimension_names=xi_dims,
         compressors=_codecs(),
+        attributes=_ARRAY_ATTRS["xi"],
     )
     xi_array[...] = xi
     if gauge is not None:
@@ -375,8 +495,25 @@ def _create_store(
             dtype=dtype,
             dimension_names=("token", "gauge_dim", "dim"),
             compressors=_codecs(),
+            attributes=_ARRAY_ATTRS["gauge"],
         )
         gauge_array[...] = gauge.astype(dtype)
+    if rope_angles is not None:
+        angles_array = group.create_array(
+            "gauge_angles",
+            shape=rope_angles.shape,
+            chunks=rope_angles.shape,
+            dtype="float64",
+            dimension_names=("token", "rope_pair"),
+            compressors=_codecs(),
+            attributes={**_ARRAY_ATTRS["gauge_angles"], "d": d},
+        )
+        angles_array[...] = rope_angles
+    with warnings.catch_warnings():
+        # zarr notes that consolidated metadata are not (yet) in the Zarr v3 specification; xarray
+        # reads them, and readers without them fall back to the arrays' own metadata.
+        warnings.simplefilter("ignore", ZarrUserWarning)
+        zarr.consolidate_metadata(path, zarr_format=3)
 
 
 def _move_into_place(staging: Path, path: Path, *, overwrite: bool) -> None:
@@ -554,6 +691,20 @@ def _check_gauge(gauge: Any, n: int, d: int) -> np.ndarray | None:
             + (f", {_nonfinite_summary(gauge)}." if _is_real(gauge) else ".")
         )
     return gauge
+
+
+def _check_rope_angles(angles: Any, n: int, d: int) -> np.ndarray | None:
+    if angles is None:
+        return None
+    angles = np.asarray(angles)
+    if angles.ndim != 2 or angles.shape[0] != n or not 1 <= angles.shape[1] <= d // 2:
+        raise ValueError(
+            f"{_WHERE}: `rope_angles` must have shape (n, m) with n = {n}, 1 <= m <= d // 2 = {d // 2}; "
+            f"got {angles.shape}."
+        )
+    if not _is_real(angles) or not np.isfinite(angles).all():
+        raise ValueError(f"{_WHERE}: `rope_angles` must hold finite real numbers; got dtype {angles.dtype}.")
+    return angles.astype(np.float64)
 
 
 def _check_attrs(attrs: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -52,6 +52,7 @@ from __future__ import annotations
 import dataclasses
 import pickle
 from collections.abc import Callable
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 import jax
@@ -71,6 +72,7 @@ __all__ = [
     "PIController",
     "Problem",
     "SaveAt",
+    "SeedWorkerDied",
     "SnapshotCallback",
     "SnapshotSink",
     "SolveStatistics",
@@ -347,13 +349,26 @@ def _processes(problem: Problem, x0: jax.Array, workers: int | None) -> int:
     return count
 
 
+class SeedWorkerDied(BrokenProcessPool):
+    """A worker process of a CPU batch died (killed, out of memory) before returning its seeds: the
+    batch has no result. A failure of the machine, not of the input; the message is one line."""
+
+
 def _run_in_processes(problem: Problem, x0: jax.Array, keys: jax.Array, count: int):
     shares = np.array_split(np.arange(x0.shape[0]), count)
     host = np.asarray(x0)
     tasks = [(problem, host[rows], keys[rows]) for rows in shares]
     parts = [None] * count
-    for index, part in batch.run_tasks(_run_share, tasks, workers=count):
-        parts[index] = part
+    try:
+        for index, part in batch.run_tasks(_run_share, tasks, workers=count):
+            parts[index] = part
+    except BrokenProcessPool:
+        lost = ", ".join(f"{r[0]}-{r[-1]}" for r, part in zip(shares, parts, strict=True) if part is None)
+        raise SeedWorkerDied(
+            f"solve: a seed worker process died (killed, or out of memory) before returning seeds "
+            f"{lost} of {x0.shape[0]}, so the batch has no result; rerun it, with workers=1 to solve "
+            "it in this process or fewer seeds per process."
+        ) from None
     length = max(len(p[0]) for p in parts)
     ts = max((p[0] for p in parts), key=len)
 

@@ -52,8 +52,8 @@ def write_animation(
     frames, tokens = pick(len(stored.ts), max_frames), pick(stored.xs.shape[1], max_tokens)
     x = np.asarray(stored.xs[frames][:, tokens], dtype=np.float64)
     panels = [("content x", _three(x))]
-    if stored.gauge is not None:
-        u = np.einsum("nij,tnj->tni", np.asarray(stored.gauge, dtype=np.float64)[tokens], x)
+    if stored.stored_gauge is not None:
+        u = stored.gauge_frame(x, tokens)
         panels.append(("gauge frame u = Q(ξ) x", _three(u)))
     phase = label_phase(np.asarray(stored.xi).reshape(len(stored.xi), -1)[:, 0])[tokens]
     fig = Figure(figsize=(4.2 * len(panels) + 0.8, 4.4), layout="constrained")

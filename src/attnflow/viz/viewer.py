@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
@@ -45,20 +46,21 @@ def viewer_html(
     ts: np.ndarray,
     xs: np.ndarray,
     xi: np.ndarray,
-    gauge: np.ndarray | None,
+    gauge_frame: Callable[[np.ndarray, np.ndarray], np.ndarray] | None,
     *,
     title: str,
     max_tokens: int = MAX_TOKENS,
     max_frames: int = MAX_FRAMES,
 ) -> str:
-    """The page for snapshots ``xs (T, n, d)`` at times ``ts`` with labels ``xi`` and gauge matrices
-    ``gauge (n, d, d)`` (or None)."""
+    """The page for snapshots ``xs (T, n, d)`` at times ``ts`` with labels ``xi`` and the gauge frame
+    ``gauge_frame(x, tokens)`` (``u_i = Q(xi_i) x_i`` of the positions ``x (T', k, d)`` of the tokens
+    ``tokens``: ``StoredTrajectory.gauge_frame``), or None without a gauge."""
     frames, tokens = pick(len(ts), max_frames), pick(xs.shape[1], max_tokens)
     x = np.asarray(xs[frames][:, tokens], dtype=np.float64)
     panels, stacks = ["content x"], [x]
-    if gauge is not None:
+    if gauge_frame is not None:
         panels.append("gauge frame u = Q(ξ) x")
-        stacks.append(np.einsum("nij,tnj->tni", np.asarray(gauge, dtype=np.float64)[tokens], x))
+        stacks.append(gauge_frame(x, tokens))
     scaled = np.round(np.clip(_three(np.stack(stacks)), -1.0, 1.0) * 32767).astype("<i2")
     data = {
         "panels": panels,
@@ -81,6 +83,7 @@ def viewer_html(
 
 def write_viewer(stored, path: str | Path, *, title: str, **limits) -> Path:
     """Write the viewer of a ``StoredTrajectory`` (``attnflow.io.store.read_trajectory``) at ``path``."""
-    page = viewer_html(stored.ts, stored.xs, stored.xi, stored.gauge, title=title, **limits)
+    frame = stored.gauge_frame if stored.stored_gauge is not None else None
+    page = viewer_html(stored.ts, stored.xs, stored.xi, frame, title=title, **limits)
     write_text(Path(path), page)
     return Path(path)

@@ -228,10 +228,12 @@ def resolve_block_size(config: Config) -> int | None:
 # Copies of each array a run holds at once, counted by memory_estimate (upper bounds, not tuned):
 # the state and the integrator's stages; the logits, kernel and weights of a pair block; the
 # gauge the simulation uses (RoPE: its angles n x m; other gauges: their matrices n x d x d); the
-# dense matrices n x d x d made at the edges of every gauged run (handed to the store, and built
-# again for the metrics: workflows/run.py and analysis/summary.py call `gauge.matrices()`); the
-# snapshots (kept by solve, read back for the metrics, and their gauge-frame view for the figures).
+# dense matrices n x d x d made at the edges of a gauged run: for the metrics of the final snapshot
+# (analysis/summary.py calls `gauge.matrices()`), and, except for RoPE, whose store keeps its angles,
+# for the store (workflows/run.py); the snapshots (kept by solve, read back for the metrics, and
+# their gauge-frame view for the figures).
 _STATE_COPIES, _PAIR_COPIES, _GAUGE_COPIES, _EDGE_GAUGE_COPIES, _SNAPSHOT_COPIES = 16, 4, 1, 2, 3
+_EDGE_ROPE_COPIES = 1  # the metrics' matrices only (the store keeps RoPE's angles)
 _FEATURE_COPIES = 2  # the expansion's features of a stage (the moments are rank x d)
 
 
@@ -286,7 +288,8 @@ def memory_estimate(config: Config, *, streamed: bool = False) -> dict[str, int]
 
 def _gauge_bytes(config: Config, size: int) -> int:
     """Bytes of a gauged run's gauge: what the simulation holds (RoPE: ``n x m`` angles, ``m``
-    its frequencies; other gauges: ``n x d x d`` matrices) and the dense matrices of the edges."""
+    its frequencies; other gauges: ``n x d x d`` matrices) and the dense matrices of the edges
+    (the metrics', and the store's except for RoPE, which stores its angles)."""
     g, n, d = config.gauge, config.model.n, config.model.d
     dense = n * d * d * size
     if g.kind == "rope":
@@ -294,10 +297,8 @@ def _gauge_bytes(config: Config, size: int) -> int:
             pairs = d // 2 if g.frequencies == "roformer" else 1
         else:
             pairs = len(g.frequencies)
-        held = n * pairs * size
-    else:
-        held = _GAUGE_COPIES * dense
-    return held + _EDGE_GAUGE_COPIES * dense
+        return n * pairs * size + _EDGE_ROPE_COPIES * dense
+    return _GAUGE_COPIES * dense + _EDGE_GAUGE_COPIES * dense
 
 
 def check_memory(config: Config, *, limit: int | None = None, streamed: bool = False) -> None:

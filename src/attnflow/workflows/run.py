@@ -28,6 +28,7 @@ import jax
 import numpy as np
 
 from attnflow.analysis.summary import OnlineSummary, subsample
+from attnflow.core.gauges import RoPE
 from attnflow.io import store
 from attnflow.io.atomic import write_json
 from attnflow.io.config import Config, ConfigError, resolved_dict
@@ -231,7 +232,7 @@ def _open_writer(config: Config, sim, out_dir: Path, resolved: dict, *, resume: 
         write_json(out_dir / "config.json", {**resolved, "attnflow_version": __version__})
         rows, storage = _stored_rows(config), config.storage
         total = snapshot_count(sim.t_end, sim.save_every)
-        gauge = None if sim.kernel.gauge.is_identity else np.asarray(sim.kernel.gauge.matrices())[rows]
+        gauge, rope_angles = _stored_gauge(sim.kernel.gauge, rows)
         return store.TrajectoryWriter(
             path,
             n_snapshots_max=total if storage.snapshots == "all" else min(2, total),
@@ -239,6 +240,7 @@ def _open_writer(config: Config, sim, out_dir: Path, resolved: dict, *, resume: 
             d=config.model.d,
             xi=sim.xi[rows],
             gauge=gauge,
+            rope_angles=rope_angles,
             attrs={"config": resolved, "attnflow_version": __version__},
             dtype=storage.dtype or config.solver.dtype,
         )
@@ -252,13 +254,23 @@ def _open_writer(config: Config, sim, out_dir: Path, resolved: dict, *, resume: 
         )
     fixed = isinstance(sim.integrator.default_steps(sim.dt, max_steps=1), ConstantSteps)
     resumable = fixed and sim.noise == 0 and _keeps_state(config)
-    if not resumable and (stored.sizes["time"] > 1 or not _keeps_state(config)):
+    if not resumable and (stored.sizes["t"] > 1 or not _keeps_state(config)):
         raise ConfigError(
             "run: `--resume` must continue a deterministic fixed-step run whose store keeps its "
             "state (every token and snapshot, at the solver's dtype); got an adaptive, noisy or "
             "thinned one. Pass --overwrite to start again."
         )
     return store.TrajectoryWriter.reopen(path)
+
+
+def _stored_gauge(gauge, rows: slice) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """What the store keeps of the gauge, for the stored tokens: ``(matrices, None)``, or for RoPE
+    ``(None, angles)`` (``n x m`` numbers instead of ``n x d x d``), or ``(None, None)``."""
+    if gauge.is_identity:
+        return None, None
+    if isinstance(gauge, RoPE):
+        return None, np.asarray(gauge.angles, dtype=np.float64)[rows]
+    return np.asarray(gauge.matrices())[rows], None
 
 
 def _differing_keys(before: dict, after: dict, prefix: str = "") -> list[str]:
@@ -315,7 +327,7 @@ class _Snapshots:
 
     def add(self, k: int, x: np.ndarray) -> None:
         """Snapshot number ``k`` of the whole run (its time ``k · save_every``)."""
-        t = k * self.save_every
+        t = store.snapshot_time(k, self.save_every)
         if self.first is None:
             self.first = (t, np.array(x))
         with self.writing():  # the metrics and the store take the snapshot together (Ctrl-C waits)
@@ -467,11 +479,11 @@ def replot(run_dir: str | os.PathLike) -> list[Path]:
         raise ConfigError(f"plot: `RUN_DIR` must be a run folder with trajectory.zarr; got {str(run_dir)!r}.")
     ds = store.open_dataset(run_dir / "trajectory.zarr")
     ts = ds["t"].values
-    gauge = ds["gauge"].values if "gauge" in ds else None
+    gauge = store.read_gauge(run_dir / "trajectory.zarr")
 
     def state(k: int) -> tuple:
         x = ds["x"][k].values
-        return float(ts[k]), x, (x if gauge is None else np.einsum("nij,nj->ni", gauge, x))
+        return float(ts[k]), x, (x if gauge is None else gauge.frame(x))
 
     metrics_path = run_dir / "metrics.json"
     series = json.loads(metrics_path.read_text()).get("series", {}) if metrics_path.exists() else {}

@@ -193,9 +193,9 @@ def classify_run(run_dir: str | os.PathLike) -> dict[str, Any]:
     empty = {"shape": None, "n_arcs": None}
     try:
         with open_dataset(Path(run_dir) / "trajectory.zarr") as ds:
-            if ds.sizes.get("dim") != 3 or ds.sizes.get("time", 0) == 0:
+            if ds.sizes.get("dim") != 3 or ds.sizes.get("t", 0) == 0:
                 return empty
-            x = np.asarray(ds["x"].isel(time=-1).values, dtype=np.float64)
+            x = np.asarray(ds["x"].isel(t=-1).values, dtype=np.float64)
     except (OSError, ValueError, KeyError):
         return empty
     features = shape_features(x)
