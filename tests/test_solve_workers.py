@@ -31,3 +31,16 @@ def test_a_killed_seed_worker_is_one_line_naming_the_lost_seeds():
     assert "\n" not in message and message.startswith("solve: a seed worker process died")
     assert "seeds 0-1" in message or "seeds 2-3" in message or "seeds 0-1, 2-3" in message
     assert isinstance(caught.value, BrokenProcessPool)  # callers catching the pool's error still do
+
+
+def test_a_dead_seed_worker_reaches_the_command_line_as_one_line_and_exit_3(capsys):
+    import typer
+
+    from attnflow.cli import EXIT_UNFINISHED, user_errors
+    from attnflow.numerics.solve import SeedWorkerDied
+
+    line = "solve: a seed worker process died before returning seeds 2-3 of 4."
+    with pytest.raises(typer.Exit) as stop, user_errors():
+        raise SeedWorkerDied(line)
+    assert stop.value.exit_code == EXIT_UNFINISHED == 3
+    assert capsys.readouterr().err == f"error: {line}\n"

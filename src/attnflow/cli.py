@@ -14,6 +14,7 @@ import signal
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Annotated
 
@@ -54,13 +55,17 @@ def user_errors() -> Iterator[None]:
     """Turn bad input into one line on stderr and exit code 2.
 
     The library reports bad input as ``ValueError`` (``ConfigError`` and the other input errors
-    subclass it); any other exception is a bug or a failure of the machine, and keeps its traceback.
+    subclass it). A seed worker process that died (``BrokenProcessPool``) is one line and exit
+    code 3; any other exception is a bug or a failure of the machine, and keeps its traceback.
     """
     try:
         yield
     except ValueError as error:
         say(f"error: {error}")
         raise typer.Exit(code=EXIT_BAD_INPUT) from None
+    except BrokenProcessPool as error:  # a seed worker died (killed, out of memory): the run did not finish
+        say(f"error: {error}")
+        raise typer.Exit(code=EXIT_UNFINISHED) from None
 
 
 def say(line: str) -> None:
@@ -186,7 +191,7 @@ def print_summary(title: str, rows: dict) -> None:
 
 
 SUMMARY_KEYS = (
-    "energy", "energy_gap", "mean_cosine", "gauge_mean_cosine", "n_clusters", "n_eff",
+    "energy", "energy_gap", "mean_cosine", "gauge_mean_cosine", "shape", "gauge_shape", "n_clusters", "n_eff",
     "orbit_residual", "planarity", "collapse_time", "gauge_collapse_time", "energy_monotone",
 )  # fmt: skip
 

@@ -154,16 +154,32 @@ def _interrupts_between_writes() -> Iterator[Callable[[], contextlib.AbstractCon
         signal.signal(signal.SIGINT, previous)
 
 
-def write_figures(out_dir: Path, ts, xs, us, xi, series: dict) -> list[Path]:
+def write_figures(out_dir: Path, ts, xs, us, xi, series: dict, *, looks: dict | None = None) -> list[Path]:
     """The run figures of ``out_dir/figures`` from the snapshots ``xs (T, n, d)`` at ``ts (T,)``,
     their gauge frames ``us``, the labels ``xi`` (colours) and the ``series`` block of the metrics
     (over ``ts``; entries with nulls skipped). Only the first and the last snapshot are drawn, so
-    ``xs`` and ``us`` may hold just those two (``(2, n, d)``; a run passes no more)."""
+    ``xs`` and ``us`` may hold just those two (``(2, n, d)``; a run passes no more). ``looks``:
+    ``color_label``, ``title``, ``energy_max`` of the figures (:func:`figure_looks`)."""
     first, last = (ts[0], xs[0], us[0]), (ts[-1], xs[-1], us[-1])
-    return _write_figures(out_dir, ts=ts, series=series, first=first, last=last, xi=xi)
+    return _write_figures(out_dir, ts=ts, series=series, first=first, last=last, xi=xi, looks=looks)
 
 
-def _write_figures(out_dir: Path, *, ts, series: dict, first: tuple, last: tuple, xi) -> list[Path]:
+LABEL_NAMES = {"positions": "position ξ", "prompts": "prompt id", "none": "no label (ξ = 0)"}
+
+
+def figure_looks(config_name: str, aux_kind: str, seed: int, energy_max) -> dict:
+    """What the run figures say: the colour bar's name (the label), the title (config and seed) and
+    the closed-form maximum of the energy, drawn when known."""
+    return {
+        "color_label": LABEL_NAMES.get(aux_kind, "label ξ"),
+        "title": f"{config_name} (seed {seed})",
+        "energy_max": energy_max,
+    }
+
+
+def _write_figures(
+    out_dir: Path, *, ts, series: dict, first: tuple, last: tuple, xi, looks: dict | None = None
+) -> list[Path]:
     """The figures from the series over ``ts (T,)`` and two states ``(t, x, u)``, ``first`` and
     ``last``: holds no more than those two (and ``T`` numbers per series), whatever ``T``. Above
     ``SCATTER_LIMIT`` tokens the states are drawn on an evenly spaced subsample, and above
@@ -186,6 +202,7 @@ def _write_figures(out_dir: Path, *, ts, series: dict, first: tuple, last: tuple
             us=np.broadcast_to(u_last, (ts.shape[0], *u_last.shape)),
             color=color[rows],
             series=arrays,
+            **(looks or {}),
         )[1:]
     pair = states if states[1][0] > states[0][0] else states[:1]
     drawn = plotting.write_run_figures(
@@ -195,6 +212,7 @@ def _write_figures(out_dir: Path, *, ts, series: dict, first: tuple, last: tuple
         us=np.stack([u for _, _, u in pair]),
         color=color[rows],
         series={},
+        **(looks or {}),
     )
     written = drawn[:1] + written
     if n > LAW_LIMIT:
@@ -452,7 +470,8 @@ def _finish(
             gauge = sim.kernel.gauge
             xs = np.stack([snapshots.first[1], snapshots.summary.last])  # the two states drawn
             us = np.asarray(jax.vmap(gauge.apply)(jax.numpy.asarray(xs)))
-            write_figures(out_dir, summary["series"]["t"], xs, us, sim.xi, summary["series"])
+            looks = figure_looks(out_dir.name, config.aux.kind, config.init.seed, summary.get("energy_max"))
+            write_figures(out_dir, summary["series"]["t"], xs, us, sim.xi, summary["series"], looks=looks)
     except BaseException as failure:
         info.update(status="error", error=f"{type(failure).__name__}: {failure}")
         _record(out_dir, writer, {**summary, "run": info})
