@@ -12,14 +12,14 @@ CONSOLE_SCRIPT = "import sys; from attnflow_entry import main; sys.exit(main())"
 LINE = "interrupted while starting: nothing was done."
 
 
-@pytest.mark.parametrize("after_s", [0.3, 1.0, 2.0])
+@pytest.mark.parametrize("after_s", [0.1, 0.3, 0.6])
 def test_ctrl_c_while_the_command_starts_prints_one_line_and_exits_130(tmp_path, after_s):
     config = tmp_path / "config.toml"
     config.write_text("[model]\nn = 8\nd = 3\n")
     out = tmp_path / "run"
     command = [sys.executable, "-c", CONSOLE_SCRIPT, "run", str(config), "--out", str(out)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(after_s)  # importing attnflow (JAX) takes longer than this
+    time.sleep(after_s)  # within the start-up: the command line, then JAX and the build, take longer
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr

@@ -248,5 +248,5 @@ def test_the_memory_estimate_counts_rope_compactly():
     data = {"model": {"n": n, "d": d}, "aux": {"kind": "positions"}}
     rope = memory_estimate(config_from_dict({**data, "gauge": {"kind": "rope", "frequencies": "roformer"}}))
     dense = n * d * d * 8
-    # the simulation holds the angles; the store and the metrics still take the matrices (2 copies)
-    assert rope["model.d"] == n * (d // 2) * 8 + 2 * dense
+    # the simulation and the store hold the angles; the metrics still take the matrices (1 copy)
+    assert rope["model.d"] == n * (d // 2) * 8 + dense

@@ -212,7 +212,7 @@ def test_ctrl_c_keeps_the_finished_experiments_and_resume_completes_them(tmp_pat
     monkeypatch.setattr(reproduce, "run_job", interrupted)
     result = invoke("--only", "E0,E7", "--out", str(out))
     assert result.exit_code == 130
-    assert lines(result.output) == [
+    assert lines(result.stderr) == [  # stdout holds the progress lines (not a terminal)
         f"interrupted: E0 kept in {str(out)!r}; `attnflow reproduce --quick --only E0,E7 --sizes 8 --seeds 1 "
         f"--out {out} --resume` continues"
     ]
@@ -276,7 +276,7 @@ def test_ctrl_c_while_the_report_is_written_leaves_no_half_report(tmp_path, monk
 
     monkeypatch.setattr(report, "write_report", half)
     result = invoke("--only", "E0", "--out", str(out))
-    assert result.exit_code == 130 and lines(result.output)[0].startswith("interrupted: E0 kept in ")
+    assert result.exit_code == 130 and lines(result.stderr)[0].startswith("interrupted: E0 kept in ")
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == [
         reproduce_folder.MARKER,
         "experiments",

@@ -350,12 +350,16 @@ def reproduce(
         bool,
         typer.Option(
             "--resume",
+            metavar="",
             help="Continue the reproduce run in --out (same settings): run only the experiments "
             "it has not finished, then write the report over all of them.",
         ),
     ] = False,
     overwrite: Annotated[
-        bool, typer.Option("--overwrite", help="Replace the reproduce run in --out (removes only its files).")
+        bool,
+        typer.Option(
+            "--overwrite", metavar="", help="Replace the reproduce run in --out (removes only its files)."
+        ),
     ] = False,
 ) -> None:
     """Run the paper's experiments E0-E9, check every expectation, write the report."""
