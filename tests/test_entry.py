@@ -34,3 +34,24 @@ def test_the_entry_runs_the_command_line(tmp_path):
     done = subprocess.run([sys.executable, "-c", CONSOLE_SCRIPT, "--help"], capture_output=True, text=True,
                           timeout=120, check=False)  # fmt: skip
     assert done.returncode == 0 and "Exit codes: 0 done as asked" in done.stdout, done.stderr
+
+
+def test_reproduce_ctrl_c_in_a_gc_callback_is_noted_and_raised_at_the_next_progress_call():
+    """A SIGINT that lands in JAX's garbage-collector callback would only be printed by Python (the
+    run would go on): the handler notes it there and the next progress call raises it."""
+    import types
+
+    from attnflow import cli
+
+    cli._INTERRUPTS.clear()
+    in_gc = types.SimpleNamespace(f_code=types.SimpleNamespace(co_name="_xla_gc_callback"))
+    cli._note_and_interrupt(signal.SIGINT, in_gc)  # no raise
+    calls = []
+    progress = cli._raising_noted_interrupts(lambda done, total: calls.append(done))
+    with pytest.raises(KeyboardInterrupt):
+        progress(1, 4)
+    assert calls == []
+    cli._INTERRUPTS.clear()
+    with pytest.raises(KeyboardInterrupt):
+        cli._note_and_interrupt(signal.SIGINT, sys._getframe())  # anywhere else: at once
+    cli._INTERRUPTS.clear()

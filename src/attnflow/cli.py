@@ -93,10 +93,10 @@ def _options(
 ) -> None:
     """Mean-field self-attention dynamics with frozen auxiliary variables."""
     # Ctrl-C is the command's from here (the console entry guarded the start-up until now): `run`
-    # notes it while it builds, the other commands receive KeyboardInterrupt.
-    signal.signal(
-        signal.SIGINT, _note_interrupt if ctx.invoked_subcommand == "run" else signal.default_int_handler
-    )
+    # notes it while it builds, `reproduce` raises it and notes it, the others receive KeyboardInterrupt.
+    _INTERRUPTS.clear()
+    handlers = {"run": _note_interrupt, "reproduce": _note_and_interrupt}
+    signal.signal(signal.SIGINT, handlers.get(ctx.invoked_subcommand, signal.default_int_handler))
 
 
 def _positive(value: float) -> float:
@@ -203,6 +203,16 @@ def _note_interrupt(signum: int, frame) -> None:  # noqa: ARG001
     """Ctrl-C while `run` imports and builds: noted, raised at the next safe point (raised here, it
     could land in a garbage-collector callback, which only prints it)."""
     _INTERRUPTS.append(signum)
+
+
+def _note_and_interrupt(signum: int, frame) -> None:
+    """Ctrl-C during `reproduce`: noted, and raised at once unless it arrived in a finaliser or a
+    garbage-collector callback (JAX's), where Python would only print it: the next progress call
+    raises it then."""
+    _INTERRUPTS.append(signum)
+    name = frame.f_code.co_name if frame is not None else ""
+    if name != "__del__" and "gc_callback" not in name:
+        raise KeyboardInterrupt
 
 
 def _raising_noted_interrupts(progress):
@@ -380,7 +390,8 @@ def reproduce(
             with progress_report("reproduce", "compiling") as report:
                 options = dict(quick=quick, only=ids, sizes=token_counts, n_seeds=seeds, workers=workers)
                 options.update(overrides=tuple(set_), resume=resume, overwrite=overwrite)
-                outcome = run_reproduce(out, **options, progress=job_stages(report))
+                progress = _raising_noted_interrupts(job_stages(report))
+                outcome = run_reproduce(out, **options, progress=progress)
     except KeyboardInterrupt as stop:
         if getattr(stop, "kept", None) is None:  # not a ReproduceInterrupted: before the folder was touched
             say("interrupted before reproduce started: nothing was written.")
