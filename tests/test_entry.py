@@ -53,5 +53,7 @@ def test_reproduce_ctrl_c_in_a_gc_callback_is_noted_and_raised_at_the_next_progr
     assert calls == []
     cli._INTERRUPTS.clear()
     with pytest.raises(KeyboardInterrupt):
-        cli._note_and_interrupt(signal.SIGINT, sys._getframe())  # anywhere else: at once
+        cli._note_and_interrupt(
+            signal.SIGINT, types.SimpleNamespace(f_code=types.SimpleNamespace(co_name="run"))
+        )
     cli._INTERRUPTS.clear()
