@@ -24,23 +24,12 @@ import jax.numpy as jnp
 
 jax.config.update("jax_enable_x64", True)
 
+from expansion import rk4_step as _rk4  # noqa: E402  (benchmarks/expansion.py: the same RK4 step)
+
 from attnflow.core import factors, gauges, sphere  # noqa: E402
 from attnflow.core.kernel import Kernel, make_profile  # noqa: E402
 from attnflow.numerics.dynamics import make_vector_field  # noqa: E402
 from attnflow.workflows.build import auto_block_size  # noqa: E402
-
-DT = 0.01
-
-
-def _rk4(field):
-    def step(x):
-        k1 = field(x)
-        k2 = field(x + 0.5 * DT * k1)
-        k3 = field(x + 0.5 * DT * k2)
-        k4 = field(x + DT * k3)
-        return sphere.normalize(x + DT / 6.0 * (k1 + 2.0 * k2 + 2.0 * k3 + k4))
-
-    return jax.jit(step)
 
 
 def _best(fn, x, repeats: int) -> tuple[float, float]:

@@ -19,7 +19,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from attnflow.viz.plotting import DPI
+from attnflow.viz.plotting import save_figure
 
 __all__ = ["branch_summary", "read_branch_folder", "write_branch_figure", "write_d3_branches"]
 
@@ -58,12 +58,8 @@ def write_branch_figure(rows: Sequence[Mapping], key: str, path: str | Path) -> 
     ax.set_ylabel("energy")
     ax.grid(True, linewidth=0.3, alpha=0.5)
     ax.legend(fontsize=7, loc="best")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=DPI, format="png")
-    fig.clear()
-    return path
+    return save_figure(fig, path)
 
 
 # --------------------------------------------------------------------------- D3: branches of several folders
@@ -221,9 +217,5 @@ def write_d3_branches(folders: Sequence[str | Path], path: str | Path) -> Path:
     axes[0].plot([], [], "-", color="0.3", label="stable (index 0)")
     axes[0].plot([], [], "--", color="0.3", label="unstable")
     axes[0].legend(fontsize=7, loc="center left")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=DPI, format="png")
-    fig.clear()
-    return path
+    return save_figure(fig, path)

@@ -15,7 +15,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from attnflow.analysis.distances import label_phase
-from attnflow.viz.plotting import DPI
+from attnflow.viz.plotting import save_figure
 
 __all__ = ["plot_laws"]
 
@@ -63,5 +63,4 @@ def plot_laws(laws: Sequence, rows: Sequence[Mapping], path: str | Path) -> Path
         ax.set_xlabel("n (smaller size)" if r == len(settings) - 1 else "")
     if dots is not None:
         fig.colorbar(dots, ax=grid[:, :-1], label="label phase s (position i/n or prompt k/K)", shrink=0.8)
-    fig.savefig(path, dpi=DPI)
-    return Path(path)
+    return save_figure(fig, path)

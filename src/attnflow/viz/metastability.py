@@ -15,18 +15,14 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from attnflow.analysis.plateaus import LifetimeFits
-from attnflow.viz.plotting import DPI
+from attnflow.viz.plotting import save_figure
 
 __all__ = ["write_lifetime_figure", "write_threshold_figure"]
 
 
 def _save(fig: Figure, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=DPI, format="png")
-    fig.clear()
-    return path
+    return save_figure(fig, path)
 
 
 def _completed(rows: Sequence[Mapping]) -> list[Mapping]:

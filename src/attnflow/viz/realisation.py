@@ -15,7 +15,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from attnflow.viz.plotting import DPI
+from attnflow.viz.plotting import save_figure
 
 __all__ = ["mode_table", "write_mode_figure"]
 
@@ -55,12 +55,8 @@ def write_mode_figure(rows: Sequence[Mapping], path: str | Path) -> Path:
     ax.set_title("Realisation: a-priori gauges (dashed) vs exact mode (solid)", fontsize=9)
     ax.grid(True, which="both", linewidth=0.3, alpha=0.5)
     ax.legend(fontsize=6, ncol=2, loc="center right")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=DPI, format="png")
-    fig.clear()
-    return path
+    return save_figure(fig, path)
 
 
 def mode_table(rows: Sequence[Mapping]) -> str:
