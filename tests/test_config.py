@@ -390,6 +390,11 @@ def test_every_message_is_one_line_and_pickles():
             r"`aux\.kind` must be .* `factor\.kind` = 'distance_bias'; got 'none'",
         ),
         (
+            {"aux": {"kind": "positions", "spacing": 1e308}, "model": {"n": 8}},
+            r"`aux\.spacing` must be small enough that the last position \(n - 1\)·spacing is finite "
+            r"\(n = 8\); got 1e\+308\.",
+        ),
+        (
             {"factor": {"kind": "toeplitz_cos"}},
             r"`aux\.kind` must be .* `factor\.kind` = 'toeplitz_cos'; got 'none'",
         ),

@@ -87,6 +87,24 @@ def test_a_failure_while_drawing_leaves_error_not_ok(config_file, tmp_path, monk
     assert read_trajectory(out / "trajectory.zarr").status == "error"
 
 
+@pytest.mark.parametrize("existing", [False, True])
+def test_input_the_store_refuses_leaves_the_folder_as_it_was(config_file, tmp_path, monkeypatch, existing):
+    """Bad input found only when the store opens (past the config's rules): nothing is left behind,
+    not even the folder a new run made."""
+
+    def refuse(*args, **kwargs):
+        raise ValueError("store: `xi` must be finite; got 1 non-finite entries, the first at index (2,).")
+
+    monkeypatch.setattr(run_module.store, "TrajectoryWriter", refuse)
+    out = tmp_path / "run"
+    if existing:
+        out.mkdir()
+    with pytest.raises(ValueError, match="must be finite"):
+        run_module.run(load_config(config_file, []), out)
+    assert out.exists() == existing
+    assert not existing or list(out.iterdir()) == []
+
+
 def test_a_failure_mid_run_leaves_error_and_is_resumable(config_file, reference, tmp_path):
     def broken(done: int, total: int) -> None:  # noqa: ARG001
         if done == 3:

@@ -7,7 +7,7 @@ import math
 import tempfile
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -51,6 +51,7 @@ MUTATIONS = st.one_of(
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutation=MUTATIONS)
+@example(mutation=("aux", "spacing", 1e308))  # positions overflow: refused before the folder is made
 def test_a_mutated_config_is_refused_in_one_line_or_its_run_records_a_status(mutation):
     section, key, value = mutation
     data = {name: dict(keys) for name, keys in BASE.items()}

@@ -3,6 +3,7 @@
 import jax.numpy as jnp
 import numpy as np
 
+from attnflow.analysis.shapes import classify_shape, shape_features
 from attnflow.analysis.summary import DESCRIPTIONS, summarize
 from attnflow.core import factors, gauges
 from attnflow.core.kernel import Kernel, make_profile
@@ -37,3 +38,11 @@ def test_shape_is_null_off_the_two_sphere_and_gauge_shape_needs_a_gauge():
     assert "gauge_shape" not in summary
     x3 = x[:, :3] / np.linalg.norm(x[:, :3], axis=1, keepdims=True)
     assert summarize(_kernel(gauges.IdentityGauge(N, 3)), [0.0], x3[None])["shape"] == "clusters"
+
+
+def test_two_tokens_have_a_shape():
+    # two points always lie on a great circle through them: the third principal axis exists for n = 2
+    x = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    assert shape_features(x)["planarity"] < 1e-12
+    assert classify_shape(x) in ("clusters", "great_circle", "arc", "antipodal_arcs")
+    assert classify_shape(np.array([[0.0, 0.0, 1.0], [0.0, 0.0, 1.0]])) == "dirac"

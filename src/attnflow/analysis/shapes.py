@@ -72,6 +72,13 @@ def _arcs(phi: np.ndarray) -> list[np.ndarray]:
     return runs
 
 
+def _principal_axes(x: np.ndarray) -> np.ndarray:
+    """The right singular vectors of ``x (n, 3)`` as rows, largest first: all three, also for
+    n = 2 tokens (from the 3 x 3 Gram matrix, so never an n x n factor)."""
+    _, vectors = np.linalg.eigh(x.T @ x)
+    return vectors[:, ::-1].T
+
+
 def shape_features(x: Any) -> dict[str, Any]:
     """The features behind :func:`classify_shape` for one snapshot ``x (n, 3)`` of unit rows.
 
@@ -87,11 +94,11 @@ def shape_features(x: Any) -> dict[str, Any]:
         raise ValueError(f"shape_features: `x` must be an (n, 3) array with n >= 2; got shape {x.shape!r}.")
     n = x.shape[0]
     m = x.mean(axis=0)
-    _, _, vt = np.linalg.svd(x, full_matrices=False)
+    vt = _principal_axes(x)
     phi = np.arctan2(x @ vt[1], x @ vt[0])
     arcs = sorted(_arcs(phi), key=len, reverse=True)
     major = [arc for arc in arcs if arc.size >= ARC_MIN_MASS * n]
-    _, _, vt_c = np.linalg.svd(x - m, full_matrices=False)
+    vt_c = _principal_axes(x - m)
     phi_c = np.arctan2((x - m) @ vt_c[1], (x - m) @ vt_c[0])
     widths = [float(np.mod(phi[arc[-1]] - phi[arc[0]], 2 * np.pi)) for arc in major]
     arc_cosine = None

@@ -7,6 +7,7 @@ only matter for one ``kind`` (``init.rho0`` for ``equiangular``, ``gauge.rates``
 them in the order they run; :func:`check_rules` runs them (the ``Config`` validator calls it).
 """
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -132,6 +133,17 @@ def _labels_fit_the_kernel(config) -> None:
             )
 
 
+def _positions_are_finite(config) -> None:
+    spacing, n = config.aux.spacing, config.model.n
+    numeric = config.aux.kind == "positions" and not isinstance(spacing, str)
+    if numeric and not math.isfinite(spacing * (n - 1)):
+        raise ConfigError.from_parts(
+            "aux.spacing",
+            f"small enough that the last position (n - 1)·spacing is finite (n = {n})",
+            spacing,
+        )
+
+
 def _softmax_has_nonnegative_factor(config) -> None:
     if config.model.normalization == "sa" and config.factor.kind == "toeplitz_cos":
         raise ConfigError.from_parts(
@@ -202,6 +214,7 @@ RULES: tuple[Callable[[Any], None], ...] = (
     _step_count_is_bounded,
     _time_grid_is_whole,
     _labels_fit_the_kernel,
+    _positions_are_finite,
     _softmax_has_nonnegative_factor,
     _rope_frequencies_fit,
     _generators_fit,

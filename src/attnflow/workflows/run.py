@@ -323,11 +323,24 @@ def run(
     sim = build(config, streamed=True)
     out_dir = Path(out_dir)
     resolved = resolved_dict(config)
+    existed = out_dir.exists()
     lock, resume = _claim_folder(out_dir, resume=resume, overwrite=overwrite)
     try:
         return _run_in_folder(config, sim, out_dir, resolved, resume=resume, progress=progress)
+    except ValueError:  # bad input found by the store before its first write: leave nothing behind
+        if not resume and not (out_dir / "trajectory.zarr").exists():
+            _remove_own_entries(out_dir, remove_folder=not existed)
+        raise
     finally:
         os.close(lock)
+
+
+def _remove_own_entries(out_dir: Path, *, remove_folder: bool) -> None:
+    for path in out_dir.iterdir():
+        if _is_own(path.name) or path.name == MARKER:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    if remove_folder and not any(out_dir.iterdir()):
+        out_dir.rmdir()
 
 
 class _Snapshots:
