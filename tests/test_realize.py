@@ -10,7 +10,9 @@ import scipy.stats
 from scipy.integrate import quad
 
 from attnflow.analysis import laws, metrics, realisation
+from attnflow.viz import plotting
 from attnflow.workflows import realize
+from attnflow.workflows.reproduce import reproduce
 
 TWO_PI = 2 * np.pi
 E7_LAW = laws.VonMisesMixture(weights=(0.6, 0.4), kappas=(4.0, 10.0), mus=(1.0, 4.0))
@@ -247,3 +249,21 @@ def test_the_quadrature_cdf_agrees_with_the_series_cdf_and_is_independent_of_it(
     assert np.max(np.abs(laws.quadrature_cdf(shifted.pdf)(theta) - E7_LAW.cdf(theta))) > 0.05
     with pytest.raises(ValueError, match="`points` must be an even integer >= 2; got 3"):
         laws.quadrature_cdf(E7_LAW.pdf, points=3)
+
+
+def test_e7_report_draws_the_target_law_density_over_the_histograms(tmp_path, monkeypatch):
+    """The report's orbit figure compares both histograms with the law itself: its density on a grid
+    of [0, 2π] (integrating to 1), passed down to the drawing."""
+    drawn, draw = {}, plotting.write_target_figure
+
+    def capture(path, target, realised, **options):
+        drawn["density"] = options.get("density")
+        return draw(path, target, realised, **options)
+
+    monkeypatch.setattr(plotting, "write_target_figure", capture)
+    outcome = reproduce(tmp_path / "rep", quick=True, only=["E7"], sizes=[8], n_seeds=1, workers=1)
+    grid, pdf = outcome.jobs[0].figure.density
+    assert grid[0] == 0.0 and grid[-1] == pytest.approx(TWO_PI)
+    np.testing.assert_array_equal(pdf, E7_LAW.pdf(grid))  # the experiment's law (the one of this file)
+    assert np.sum((pdf[1:] + pdf[:-1]) / 2 * np.diff(grid)) == pytest.approx(1.0, abs=1e-6)
+    assert drawn["density"] is outcome.jobs[0].figure.density

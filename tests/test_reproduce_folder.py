@@ -95,7 +95,8 @@ def test_a_record_reads_back_what_was_written(tmp_path):
     x, u = np.random.default_rng(0).normal(size=(2, 5, 3))
     figure = FigureData(color=np.arange(5.0), states={"t=0": (x, u), "final": (x, None)},
                         series={"energy": np.linspace(0, 1, 4)}, seed_series={"energy": np.ones((2, 4))},
-                        beta=4.0, target=("orbit", np.arange(3.0), np.arange(3.0) + 1))  # fmt: skip
+                        beta=4.0, target=("orbit", np.arange(3.0), np.arange(3.0) + 1),
+                        density=(np.linspace(0, 6, 7), np.full(7, 0.2)))  # fmt: skip
     values = [{"seed": 0, "final": {"energy": 1.5}}]
     jobs = [JobResult("E9", "a", "E9 a", 8, (0, 1), "ok", "", values, {"wall_s": 2.0}, figure),
             JobResult("E9", "b", "E9 b", 16, (0,), "nonfinite", "why")]  # fmt: skip
@@ -117,7 +118,8 @@ def test_a_record_reads_back_what_was_written(tmp_path):
     np.testing.assert_array_equal(got.seed_series["energy"], figure.seed_series["energy"])
     assert got.target[0] == "orbit"
     np.testing.assert_array_equal(got.target[2], figure.target[2])
-    assert read[1].figure.states == {} and read[1].figure.target is None
+    np.testing.assert_array_equal(got.density[1], figure.density[1])
+    assert read[1].figure.states == {} and read[1].figure.target is None and read[1].figure.density is None
 
 
 def test_id_ranges_and_the_resume_command():

@@ -67,6 +67,7 @@ class FigureData:
     seed_series: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # (B, T) each
     beta: float = 1.0
     target: tuple[str, np.ndarray, np.ndarray] | None = None  # (kind, target, realised)
+    density: tuple[np.ndarray, np.ndarray] | None = None  # the target law's (angles, pdf) on a grid
 
 
 @dataclasses.dataclass

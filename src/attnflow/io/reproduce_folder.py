@@ -223,6 +223,8 @@ def _arrays(index: int, figure: FigureData) -> dict[str, np.ndarray]:
             arrays[f"{index}/{group}/{key}"] = value
     if figure.target is not None:
         arrays[f"{index}/target/target"], arrays[f"{index}/target/realised"] = figure.target[1:]
+    if figure.density is not None:
+        arrays[f"{index}/density/grid"], arrays[f"{index}/density/pdf"] = figure.density
     return {key: np.asarray(value) for key, value in arrays.items()}
 
 
@@ -242,6 +244,8 @@ def _figure(index: int, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> 
             getattr(figure, parts[0])["/".join(parts[1:])] = value
     if meta.get("target") is not None:
         figure.target = (meta["target"], arrays[f"{prefix}target/target"], arrays[f"{prefix}target/realised"])
+    if f"{prefix}density/grid" in arrays:
+        figure.density = (arrays[f"{prefix}density/grid"], arrays[f"{prefix}density/pdf"])
     return figure
 
 

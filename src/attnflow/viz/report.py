@@ -294,7 +294,7 @@ def write_figures(out_dir: Path, outcome: Outcome) -> dict[str, list[Path]]:
             kind, target, realised = job.figure.target
             path = folder / f"realisation_{kind}.png"
             figures.setdefault(job.experiment, []).append(
-                plotting.write_target_figure(path, target, realised, kind=kind)
+                plotting.write_target_figure(path, target, realised, kind=kind, density=job.figure.density)
             )
     return {key: [p for p in paths if p is not None] for key, paths in figures.items()}
 

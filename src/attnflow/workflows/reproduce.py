@@ -207,6 +207,9 @@ def _realize(job: Job, tick: Tick) -> JobResult:
         if i == 0:
             kind = "orbit" if job.experiment.kind == "realize_orbit" else "sphere"
             figure.target = (kind, *shown)
+            if kind == "orbit":  # the law itself, drawn over the two histograms
+                grid = np.linspace(0.0, 2.0 * np.pi, 361)
+                figure.density = (grid, np.asarray(law.pdf(grid), dtype=float))
             states = trajectory_states(result.trajectory, float(p.get("t_end", 40.0)))
             for label, x_k in states.items():
                 if kind == "sphere":
