@@ -132,6 +132,21 @@ def test_missing_config_file_exits_2(tmp_path):
     assert "nope.toml" in result.stderr
 
 
+def test_a_second_run_of_one_config_without_out_names_the_earlier_run(config_file, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the default folder is runs/<config hash> under the working directory
+    assert invoke("run", str(config_file)).exit_code == 0
+    (folder,) = (tmp_path / "runs").iterdir()
+    metrics = (folder / "metrics.json").read_bytes()
+    again = invoke("run", str(config_file))
+    assert again.exit_code == 2
+    assert again.stderr == (
+        f"error: run: the default `--out` 'runs/{folder.name}' (named after the config's hash) must be new; "
+        "got the folder of an earlier run of this same config. Pass --resume to continue it, --overwrite to "
+        "run it again, or --out DIR for another folder.\n"
+    )
+    assert (folder / "metrics.json").read_bytes() == metrics  # left as it was
+
+
 def test_non_empty_out_folder_is_refused(config_file, tmp_path):
     out = tmp_path / "run"
     out.mkdir()
@@ -246,8 +261,31 @@ def test_realize_options_are_checked_before_anything_is_written(tmp_path, option
     out = tmp_path / "out"
     result = invoke("realize", "--target", str(target), "--kind", "orbit", "--out", str(out), option, value)
     assert result.exit_code == 2, result.output
-    assert f"Invalid value for '{option}'" in " ".join(result.output.split())
+    assert result.stderr.startswith(f"error: attnflow realize: Invalid value for '{option}'")
+    assert result.stderr.count("\n") == 1  # one line, not a usage panel
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["rn"], "error: attnflow: No such command 'rn'. Did you mean 'run'?"),
+        (["run"], "error: attnflow run: Missing argument 'CONFIG'."),
+        (["run", "x.toml", "--bogus"], "error: attnflow run: No such option: --bogus"),
+        (
+            ["reproduce", "--seeds", "0"],
+            "error: attnflow reproduce: Invalid value for '--seeds': must be >= 1; got 0.",
+        ),
+        (
+            ["reproduce", "--workers", "0"],
+            "error: attnflow reproduce: Invalid value for '--workers': must be >= 1; got 0.",
+        ),
+    ],
+)
+def test_a_usage_error_is_one_line_and_exit_2(tmp_path, args, line):
+    result = invoke(*args)
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.startswith(line) and result.stderr.count("\n") == 1, result.stderr
 
 
 # --- absurd step counts (refused before anything starts) ------------------------------------------

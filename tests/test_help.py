@@ -1,6 +1,7 @@
 """``import attnflow`` and ``--help`` load no JAX (the public names load on first use), JAX still
 runs float64 by default on every path into it, and the help reads CONFIG, SECTION.KEY=VALUE, DIR
-rather than typer's ``{config}``/``<list[str]>`` placeholders."""
+rather than typer's ``{CONFIG}``/``<list[str]>``/``<bool>`` placeholders, and a command that takes a
+config lists the config's sections and keys."""
 
 import os
 import subprocess
@@ -11,6 +12,7 @@ from typer.testing import CliRunner
 
 import attnflow
 from attnflow.cli import app
+from attnflow.io.config_schema import SECTIONS
 
 COMMANDS = ("run", "plot", "animate", "reproduce", "realize", "sweep", "phase", "landscape")
 
@@ -70,7 +72,10 @@ def test_help_names_its_values_readably(command):
     result = CliRunner().invoke(app, [command, "--help"], terminal_width=200)
     assert result.exit_code == 0, result.output
     text = result.stdout
-    assert "<list[str]>" not in text and "{config}" not in text and "<str>" not in text
-    assert all("--help" in line for line in text.splitlines() if "<bool>" in line)  # typer's own flag
+    assert "<list[str]>" not in text and "<str>" not in text and "<bool>" not in text
+    assert "{" not in text.split("Usage:")[1].splitlines()[0]  # the usage line names CONFIG, RUN_DIR plainly
     if command in ("run", "sweep", "landscape"):
-        assert "--set" in text and "SECTION.KEY=VALUE" in text and "{CONFIG}" in text
+        assert "--set" in text and "SECTION.KEY=VALUE" in text
+        assert f"Usage: attnflow {command} [OPTIONS] CONFIG" in text
+        for section, model in SECTIONS.items():  # every key of the schema, by section
+            assert f"{section}: {', '.join(model.model_fields)}" in " ".join(text.split()), section

@@ -22,6 +22,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from typer.core import TyperCommand, TyperGroup
 
 from attnflow.io.out_folder import check_out_folder
 
@@ -37,7 +38,71 @@ EXIT_CODES = {
     EXIT_INTERRUPTED: "interrupted (Ctrl-C): the folder keeps its snapshots; run --resume continues",
 }
 
+# click's usage error (typer vendors click in recent versions: found by name, not by module)
+_UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+
+
+class _Readable:
+    """Help that reads plainly: ``CONFIG`` in the usage line (not typer's ``{CONFIG}``), and no
+    ``<bool>`` beside ``--help``. A usage error (an unknown option or command, a value out of range,
+    a missing argument) is one line on stderr and exit code 2, like any other bad input."""
+
+    def parse_args(self, ctx, args):
+        with _one_line_usage_errors(ctx):
+            return super().parse_args(ctx, args)
+
+    def resolve_command(self, ctx, args):
+        with _one_line_usage_errors(ctx):
+            return super().resolve_command(ctx, args)
+
+    def get_help_option(self, ctx):
+        option = super().get_help_option(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
+
+    def collect_usage_pieces(self, ctx) -> list[str]:
+        return [piece.removeprefix("{").removesuffix("}") for piece in super().collect_usage_pieces(ctx)]
+
+
+@contextlib.contextmanager
+def _one_line_usage_errors(ctx) -> Iterator[None]:
+    try:
+        yield
+    except _UsageError as error:
+        if type(error).__name__ == "NoArgsIsHelpError":  # `attnflow` alone: the help, as asked
+            raise
+        say(f"error: {ctx.command_path}: {error.format_message()}")
+        raise typer.Exit(code=EXIT_BAD_INPUT) from None
+
+
+class Group(_Readable, TyperGroup):
+    pass
+
+
+class Command(_Readable, TyperCommand):
+    pass
+
+
+class ConfigCommand(Command):
+    """A command that takes a TOML config: its help ends with every section and key, read from the
+    schema when the help is shown (so ``--help`` of the other commands does not import it)."""
+
+    @property
+    def epilog(self) -> str:
+        from attnflow.io.config_schema import SECTIONS
+
+        keys = "; ".join(f"{name}: {', '.join(model.model_fields)}" for name, model in SECTIONS.items())
+        meaning = "Each key's default, range and meaning: the config reference page of the documentation."
+        return f"Config sections and their keys — {keys}. {meaning}"
+
+    @epilog.setter
+    def epilog(self, value) -> None:  # click sets it; the schema's keys replace it
+        pass
+
+
 app = typer.Typer(
+    cls=Group,
     name="attnflow",
     help="Mean-field self-attention dynamics with frozen auxiliary variables.\n\nExit codes: "
     + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES.items())
@@ -102,6 +167,24 @@ def _options(
 def _positive(value: float) -> float:
     if not value > 0:
         raise typer.BadParameter(f"must be > 0; got {value!r}.")
+    return value
+
+
+def _refuse_an_earlier_run_of_this_config(out: Path, *, resume: bool, overwrite: bool) -> None:
+    """The default folder ``runs/<config hash>`` already holds a run: the same config ran before."""
+    from attnflow.workflows.run import MARKER
+
+    if (out / MARKER).exists() and not (resume or overwrite):
+        raise ValueError(
+            f"run: the default `--out` {str(out)!r} (named after the config's hash) must be new; got the "
+            "folder of an earlier run of this same config. Pass --resume to continue it, --overwrite "
+            "to run it again, or --out DIR for another folder."
+        )
+
+
+def _at_least_one(value: int | None) -> int | None:
+    if value is not None and value < 1:
+        raise typer.BadParameter(f"must be >= 1; got {value!r}.")
     return value
 
 
@@ -230,7 +313,7 @@ def _raising_noted_interrupts(progress):
 DISK_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)  # a full, read-only or failing disk
 
 
-@app.command()
+@app.command(cls=ConfigCommand)
 def run(
     config: Annotated[Path, typer.Argument(metavar="CONFIG", help="TOML config file.")],
     set_: Annotated[list[str], typer.Option("--set", metavar=SET, help="Override, e.g. model.n=128.")] = [],  # noqa: B006
@@ -263,7 +346,10 @@ def run(
             cfg = load_config(config, set_)
             if _INTERRUPTS:
                 raise KeyboardInterrupt
-            out = check_out_folder(out if out is not None else Path("runs") / config_hash(cfg))
+            if out is None:
+                out = Path("runs") / config_hash(cfg)
+                _refuse_an_earlier_run_of_this_config(out, resume=resume, overwrite=overwrite)
+            out = check_out_folder(out)
             with progress_report("run", "building") as report:
                 progress = _raising_noted_interrupts(snapshot_stages(report))
                 result = run_simulation(cfg, out, progress=progress, resume=resume, overwrite=overwrite)
@@ -288,7 +374,7 @@ def run(
     exit_unless_ok(info["status"], out)
 
 
-@app.command()
+@app.command(cls=Command)
 def plot(run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="A run folder.")]) -> None:
     """Redraw the figures of a run folder from its stored trajectory."""
     from attnflow.workflows.run import replot
@@ -299,7 +385,7 @@ def plot(run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="A run 
         stdout.print(str(path))
 
 
-@app.command()
+@app.command(cls=Command)
 def animate(
     run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="A run folder.")],
     out: Annotated[
@@ -330,7 +416,7 @@ def animate(
         stdout.print(str(path))
 
 
-@app.command()
+@app.command(cls=Command)
 def reproduce(
     quick: Annotated[
         bool, typer.Option("--quick", metavar="", help="Fewer sizes and seeds (what CI runs).")
@@ -340,13 +426,25 @@ def reproduce(
     ] = None,
     out: Annotated[Path, typer.Option(metavar="DIR", help="Report folder.")] = Path("results/reproduce"),
     sizes: Annotated[
-        str | None, typer.Option(hidden=True, metavar="N,N,...", help="Testing: token counts, e.g. 32,64.")
+        str | None,
+        typer.Option(
+            metavar="N,N,...",
+            help="Token counts that replace each experiment's own, e.g. --only E3 --sizes 512,1024.",
+        ),
     ] = None,
     seeds: Annotated[
-        int | None, typer.Option(hidden=True, metavar="K", help="Testing: first k seeds only.")
+        int | None,
+        typer.Option(
+            callback=_at_least_one, metavar="K", help="Seeds 0..K-1 instead of each experiment's own."
+        ),
     ] = None,
     workers: Annotated[
-        int | None, typer.Option(hidden=True, metavar="N", help="Processes (default <= 2).")
+        int | None,
+        typer.Option(
+            callback=_at_least_one,
+            metavar="N",
+            help="Processes that run the jobs (default: 1 with --quick, else one per core, at most 2).",
+        ),
     ] = None,
     set_: Annotated[
         list[str],
@@ -407,7 +505,7 @@ def reproduce(
         raise typer.Exit(code=EXIT_EXPECTATION_FAILED)
 
 
-@app.command()
+@app.command(cls=Command)
 def realize(
     target: Annotated[
         Path, typer.Option(metavar="FILE", help="Target (.npy): sphere (n,d) unit rows; orbit (n,) angles.")
@@ -457,7 +555,7 @@ def realize(
     exit_unless_ok(result["run"]["status"], out)
 
 
-@app.command()
+@app.command(cls=ConfigCommand)
 def sweep(
     config: Annotated[Path, typer.Argument(metavar="CONFIG", help="Base TOML config file.")],
     grid: Annotated[
@@ -541,7 +639,7 @@ def sweep(
         raise typer.Exit(code=EXIT_UNFINISHED)
 
 
-@app.command()
+@app.command(cls=Command)
 def phase(
     sweep_dir: Annotated[
         Path, typer.Argument(metavar="SWEEP_DIR", help="A sweep folder (with results.parquet).")
@@ -568,7 +666,7 @@ def phase(
     stdout.print(str(path))
 
 
-@app.command()
+@app.command(cls=ConfigCommand)
 def landscape(
     config: Annotated[
         Path,
