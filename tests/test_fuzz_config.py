@@ -52,6 +52,8 @@ MUTATIONS = st.one_of(
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutation=MUTATIONS)
 @example(mutation=("aux", "spacing", 1e308))  # positions overflow: refused before the folder is made
+@example(mutation=("solver", "save_every", 1e308))  # save_every / dt overflows: refused, no traceback
+@example(mutation=("model", "n", 2))  # the smallest n: a shape class for two tokens
 def test_a_mutated_config_is_refused_in_one_line_or_its_run_records_a_status(mutation):
     section, key, value = mutation
     data = {name: dict(keys) for name, keys in BASE.items()}

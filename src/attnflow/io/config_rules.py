@@ -68,12 +68,16 @@ def _equiangular_is_realisable(config) -> None:
 
 
 def _whole_multiple(total: float, step: float) -> bool:
-    k = round(total / step)
+    ratio = total / step
+    if not math.isfinite(ratio):  # step far below total: no float grid reaches it
+        return False
+    k = round(ratio)
     return k >= 1 and abs(total - k * step) <= MULTIPLE_RTOL * total
 
 
 def _nearest_multiple(total: float, step: float) -> str:
-    return f"{max(1, round(total / step)) * step:.12g}"
+    ratio = total / step
+    return f"{max(1, round(ratio)) * step if math.isfinite(ratio) else step:.12g}"
 
 
 def _step_count_is_bounded(config) -> None:
