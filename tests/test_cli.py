@@ -224,6 +224,19 @@ def test_a_run_that_goes_non_finite_exits_3_and_keeps_its_folder(tmp_path):
     assert read_trajectory(out / "trajectory.zarr").xs.shape[0] >= 1
 
 
+def test_the_program_prints_a_warning_as_one_line(tmp_path):
+    config = tmp_path / "overflow.toml"
+    config.write_text(SMALL)
+    args = ["run", str(config), "--out", str(tmp_path / "run"), "--set", "model.beta=88.0",
+            "--set", 'solver.dtype="float32"']  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "attnflow", *args], capture_output=True, text=True,
+                          timeout=300, check=False)  # fmt: skip
+    lines = [line for line in done.stderr.splitlines() if not line.startswith("run: ")]  # progress lines
+    assert done.returncode == 3
+    assert lines[0].startswith("warning: solver.dt = 0.05 is outside the stable range: ")
+    assert lines[1].startswith("error: the run did not finish as asked") and len(lines) == 2, done.stderr
+
+
 def test_version_and_exit_codes_in_help():
     result = invoke("--version")
     assert result.exit_code == 0 and result.stdout.startswith("attnflow ")

@@ -16,6 +16,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from typer.main import get_command
+
+from attnflow.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -234,3 +237,14 @@ def test_citation_names_the_software_and_the_paper():
     assert {"type": "other", "value": "arXiv:2605.30229", "description": "arXiv identifier"} in paper[
         "identifiers"
     ]
+
+
+def test_the_readme_stands_alone_and_tells_a_newcomer_where_to_start():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert not OUTSIDE_REFERENCE.search(text)
+    for command in get_command(app).commands:  # every command is introduced
+        assert f"attnflow {command}" in text, command
+    assert "attnflow reproduce --quick" in text  # the small version first
+    # how long the main job and the tests take, in minutes, next to their commands
+    assert re.search(r"reproduce.*\d+[–-]?\d* minutes", text, re.S)
+    assert re.search(r"test suite \([^)]*\d+[–-]\d+ minutes", text)

@@ -13,6 +13,7 @@ import errno
 import signal
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -162,6 +163,11 @@ def _options(
     _INTERRUPTS.clear()
     handlers = {"run": _note_interrupt, "reproduce": _note_and_interrupt}
     signal.signal(signal.SIGINT, handlers.get(ctx.invoked_subcommand, signal.default_int_handler))
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ARG001
+    """A warning at the command line: ``warning: <message>``, one line on stderr (no source line)."""
+    say(f"warning: {message}")
 
 
 def _positive(value: float) -> float:
@@ -709,6 +715,8 @@ def landscape(
 
 
 def main() -> None:
+    """The program ``attnflow``: warnings are one line each (``warning: ...``) on stderr."""
+    warnings.showwarning = _one_line_warning
     app()
 
 
