@@ -41,19 +41,19 @@ def test_reproduce_ctrl_c_in_a_gc_callback_is_noted_and_raised_at_the_next_progr
     run would go on): the handler notes it there and the next progress call raises it."""
     import types
 
-    from attnflow import cli
+    from attnflow.cli import interrupts
 
-    cli._INTERRUPTS.clear()
+    interrupts.NOTED.clear()
     in_gc = types.SimpleNamespace(f_code=types.SimpleNamespace(co_name="_xla_gc_callback"))
-    cli._note_and_interrupt(signal.SIGINT, in_gc)  # no raise
+    interrupts.note_or_raise(signal.SIGINT, in_gc)  # no raise
     calls = []
-    progress = cli._raising_noted_interrupts(lambda done, total: calls.append(done))
+    progress = interrupts.raising_noted(lambda done, total: calls.append(done))
     with pytest.raises(KeyboardInterrupt):
         progress(1, 4)
     assert calls == []
-    cli._INTERRUPTS.clear()
+    interrupts.NOTED.clear()
     with pytest.raises(KeyboardInterrupt):
-        cli._note_and_interrupt(
+        interrupts.note_or_raise(
             signal.SIGINT, types.SimpleNamespace(f_code=types.SimpleNamespace(co_name="run"))
         )
-    cli._INTERRUPTS.clear()
+    interrupts.NOTED.clear()

@@ -9,8 +9,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from attnflow import cli
-from attnflow.cli import app
+from attnflow.cli import app, console, progress
 from configs import small_toml
 
 LINE = re.compile(r"^(\w+): (compiling|simulating|drawing)(?: (\d+)/(\d+) \((\d+)%\))? \[(\d+\.\d) s\]$")
@@ -89,12 +88,12 @@ def test_bad_input_stays_one_line(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("stages", "first"), [(cli.snapshot_stages, "compiling"), (cli.job_stages, "simulating")]
+    ("stages", "first"), [(progress.snapshot_stages, "compiling"), (progress.job_stages, "simulating")]
 )
 def test_on_a_terminal_the_bar_never_reads_none(monkeypatch, stages, first):
     screen = io.StringIO()
-    monkeypatch.setattr(cli, "stderr", Console(file=screen, force_terminal=True, width=100))
-    with cli.progress_report("run", "building") as report:
+    monkeypatch.setattr(console, "stderr", Console(file=screen, force_terminal=True, width=100))
+    with progress.progress_report("run", "building") as report:
         report.bar.refresh()
         assert "run: building" in screen.getvalue()  # the stage before the total is known
         call = stages(report)

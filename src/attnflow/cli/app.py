@@ -1,0 +1,172 @@
+"""The typer app: exit codes, one-line errors and warnings, readable help, the checks of option values."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Iterator
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from typer.core import TyperCommand, TyperGroup
+
+from attnflow.cli import interrupts
+from attnflow.cli.console import say, stdout
+
+SEED_MAX = 2**63 - 1  # seeds are signed 64-bit integers
+SET = "SECTION.KEY=VALUE"  # the metavar of every --set
+EXIT_OK, EXIT_EXPECTATION_FAILED, EXIT_BAD_INPUT, EXIT_UNFINISHED = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
+EXIT_CODES = {
+    EXIT_OK: "done as asked",
+    EXIT_EXPECTATION_FAILED: "reproduce: the runs finished but an expectation failed (see the report)",
+    EXIT_BAD_INPUT: "bad input: one line on stderr, nothing written",
+    EXIT_UNFINISHED: "a run started but did not finish as asked: its folder records the status and why",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C): the folder keeps its snapshots; run --resume continues",
+}
+
+# click's usage error (typer vendors click in recent versions: found by name, not by module)
+_UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+
+
+class _Readable:
+    """Help that reads plainly: ``CONFIG`` in the usage line (not typer's ``{CONFIG}``), and no
+    ``<bool>`` beside ``--help``. A usage error (an unknown option or command, a value out of range,
+    a missing argument) is one line on stderr and exit code 2, like any other bad input."""
+
+    def parse_args(self, ctx, args):
+        with _one_line_usage_errors(ctx):
+            return super().parse_args(ctx, args)
+
+    def resolve_command(self, ctx, args):
+        with _one_line_usage_errors(ctx):
+            return super().resolve_command(ctx, args)
+
+    def get_help_option(self, ctx):
+        option = super().get_help_option(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
+
+    def collect_usage_pieces(self, ctx) -> list[str]:
+        return [piece.removeprefix("{").removesuffix("}") for piece in super().collect_usage_pieces(ctx)]
+
+
+@contextlib.contextmanager
+def _one_line_usage_errors(ctx) -> Iterator[None]:
+    try:
+        yield
+    except _UsageError as error:
+        if type(error).__name__ == "NoArgsIsHelpError":  # `attnflow` alone: the help, as asked
+            raise
+        say(f"error: {ctx.command_path}: {error.format_message()}")
+        raise typer.Exit(code=EXIT_BAD_INPUT) from None
+
+
+class Group(_Readable, TyperGroup):
+    pass
+
+
+class Command(_Readable, TyperCommand):
+    pass
+
+
+class ConfigCommand(Command):
+    """A command that takes a TOML config: its help ends with every section and key, read from the
+    schema when the help is shown (so ``--help`` of the other commands does not import it)."""
+
+    @property
+    def epilog(self) -> str:
+        from attnflow.io.config_schema import SECTIONS
+
+        keys = "; ".join(f"{name}: {', '.join(model.model_fields)}" for name, model in SECTIONS.items())
+        meaning = "Each key's default, range and meaning: the config reference page of the documentation."
+        return f"Config sections and their keys — {keys}. {meaning}"
+
+    @epilog.setter
+    def epilog(self, value) -> None:  # click sets it; the schema's keys replace it
+        pass
+
+
+app = typer.Typer(
+    cls=Group,
+    name="attnflow",
+    help="Mean-field self-attention dynamics with frozen auxiliary variables.\n\nExit codes: "
+    + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES.items())
+    + ".",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn bad input into one line on stderr and exit code 2.
+
+    The library reports bad input as ``ValueError`` (``ConfigError`` and the other input errors
+    subclass it). A seed worker process that died (``BrokenProcessPool``) is one line and exit
+    code 3; any other exception is a bug or a failure of the machine, and keeps its traceback.
+    """
+    try:
+        yield
+    except ValueError as error:
+        say(f"error: {error}")
+        raise typer.Exit(code=EXIT_BAD_INPUT) from None
+    except BrokenProcessPool as error:  # a seed worker died (killed, out of memory): the run did not finish
+        say(f"error: {error}")
+        raise typer.Exit(code=EXIT_UNFINISHED) from None
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        stdout.print(f"attnflow {version('attnflow')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    ctx: typer.Context,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, metavar="", help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Mean-field self-attention dynamics with frozen auxiliary variables."""
+    # Ctrl-C is the command's from here (the console entry guarded the start-up until now): `run`
+    # notes it while it builds, `reproduce` raises it and notes it, the others receive KeyboardInterrupt.
+    interrupts.NOTED.clear()
+    handlers = {"run": interrupts.note, "reproduce": interrupts.note_or_raise}
+    signal.signal(signal.SIGINT, handlers.get(ctx.invoked_subcommand, signal.default_int_handler))
+
+
+def one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ARG001
+    """A warning at the command line: ``warning: <message>``, one line on stderr (no source line)."""
+    say(f"warning: {message}")
+
+
+def positive(value: float) -> float:
+    if not value > 0:
+        raise typer.BadParameter(f"must be > 0; got {value!r}.")
+    return value
+
+
+def at_least_one(value: int | None) -> int | None:
+    if value is not None and value < 1:
+        raise typer.BadParameter(f"must be >= 1; got {value!r}.")
+    return value
+
+
+def exit_unless_ok(status: str, folder: Path) -> None:
+    """Exit with ``EXIT_UNFINISHED`` and one line when a run ended with a status other than "ok"."""
+    status = getattr(status, "value", status)  # a numerics Status or its name
+    if status != "ok":
+        say(f"error: the run did not finish as asked: status {status!r}; the folder {str(folder)!r} keeps "
+            "every completed snapshot and records the status in metrics.json.")  # fmt: skip
+        raise typer.Exit(code=EXIT_UNFINISHED)

@@ -1,0 +1,164 @@
+"""``attnflow reproduce`` (the paper's experiments and their report) and ``attnflow realize``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from attnflow.cli import interrupts
+from attnflow.cli.app import (
+    EXIT_EXPECTATION_FAILED,
+    EXIT_INTERRUPTED,
+    SEED_MAX,
+    SET,
+    Command,
+    app,
+    at_least_one,
+    exit_unless_ok,
+    positive,
+    user_errors,
+)
+from attnflow.cli.console import print_summary, say, stdout
+from attnflow.cli.progress import job_stages, progress_report
+from attnflow.io.out_folder import check_out_folder
+
+
+@app.command(cls=Command)
+def reproduce(
+    quick: Annotated[
+        bool, typer.Option("--quick", metavar="", help="Fewer sizes and seeds (what CI runs).")
+    ] = False,
+    only: Annotated[
+        str | None, typer.Option(metavar="IDS", help="Comma-separated experiment ids, e.g. E1,E3.")
+    ] = None,
+    out: Annotated[Path, typer.Option(metavar="DIR", help="Report folder.")] = Path("results/reproduce"),
+    sizes: Annotated[
+        str | None,
+        typer.Option(
+            metavar="N,N,...",
+            help="Token counts that replace each experiment's own, e.g. --only E3 --sizes 512,1024.",
+        ),
+    ] = None,
+    seeds: Annotated[
+        int | None,
+        typer.Option(
+            callback=at_least_one, metavar="K", help="Seeds 0..K-1 instead of each experiment's own."
+        ),
+    ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            callback=at_least_one,
+            metavar="N",
+            help="Processes that run the jobs (default: 1 with --quick, else one per core, at most 2).",
+        ),
+    ] = None,
+    set_: Annotated[
+        list[str],
+        typer.Option(
+            "--set",
+            metavar=SET,
+            help="Override of every simulated run, e.g. solver.interaction=expansion (repeatable).",
+        ),
+    ] = [],  # noqa: B006
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            metavar="",
+            help="Continue the reproduce run in --out (same settings): run only the experiments "
+            "it has not finished, then write the report over all of them.",
+        ),
+    ] = False,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite", metavar="", help="Replace the reproduce run in --out (removes only its files)."
+        ),
+    ] = False,
+) -> None:
+    """Run the paper's experiments E0-E9, check every expectation, write the report."""
+    try:
+        from attnflow.io.config import apply_overrides
+        from attnflow.io.reproduce_folder import make_settings
+        from attnflow.numerics.program_cache import enable_persistent_cache
+        from attnflow.viz.report import failure_lines, summary_table
+        from attnflow.workflows.reproduce import reproduce as run_reproduce
+        from attnflow.workflows.reproduce import resume_command
+        from attnflow.workflows.reproduce_plan import parse_only, parse_sizes
+
+        enable_persistent_cache()
+        with user_errors():
+            ids, token_counts = parse_only(only), parse_sizes(sizes)
+            apply_overrides({}, set_)  # malformed --set values, before any experiment is read
+            check_out_folder(out)
+            with progress_report("reproduce", "compiling") as report:
+                options = dict(quick=quick, only=ids, sizes=token_counts, n_seeds=seeds, workers=workers)
+                options.update(overrides=tuple(set_), resume=resume, overwrite=overwrite)
+                progress = interrupts.raising_noted(job_stages(report))
+                outcome = run_reproduce(out, **options, progress=progress)
+    except KeyboardInterrupt as stop:
+        if getattr(stop, "kept", None) is None:  # not a ReproduceInterrupted: before the folder was touched
+            say("interrupted before reproduce started: nothing was written.")
+        else:
+            settings = make_settings(quick=quick, sizes=token_counts, n_seeds=seeds, overrides=set_)
+            say(f"{stop}; `{resume_command(out, settings, ids)}` continues")
+        raise typer.Exit(code=EXIT_INTERRUPTED) from None
+    stdout.print(summary_table(outcome))
+    for line in failure_lines(outcome):
+        say(line)
+    stdout.print(f"report: {out / 'report.html'}")
+    if outcome.failures:
+        raise typer.Exit(code=EXIT_EXPECTATION_FAILED)
+
+
+@app.command(cls=Command)
+def realize(
+    target: Annotated[
+        Path, typer.Option(metavar="FILE", help="Target (.npy): sphere (n,d) unit rows; orbit (n,) angles.")
+    ],
+    kind: Annotated[
+        str,
+        typer.Option(
+            metavar="sphere|orbit", help="'sphere' (gauge-level realisation) or 'orbit' (one RoPE orbit)."
+        ),
+    ],
+    n: Annotated[
+        int | None, typer.Option(metavar="N", help="Tokens (orbit: default the sample count).")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(metavar="DIR", help="Run folder (default runs/realize-<kind>-<name>).")
+    ] = None,
+    seed: Annotated[
+        int, typer.Option(min=0, max=SEED_MAX, metavar="SEED", help="Seed of the initial data.")
+    ] = 0,
+    t_end: Annotated[
+        float, typer.Option(callback=positive, metavar="TAU", help="Final time τ (> 0).")
+    ] = 40.0,
+    mode: Annotated[
+        str,
+        typer.Option(
+            metavar="a-priori|exact",
+            help="'a-priori' (gauges fixed before the run) or 'exact' (the gauge frame simulated "
+            "first, the gauges chosen from the consensus it reaches: realised to round-off).",
+        ),
+    ] = "a-priori",
+) -> None:
+    """Realise a target law: build the gauge, run the dynamics, write the run folder."""
+    from attnflow.numerics.program_cache import enable_persistent_cache
+    from attnflow.workflows.realize import SUMMARY_KEYS as REALIZE_KEYS
+    from attnflow.workflows.realize import run_realisation
+
+    enable_persistent_cache()
+    with user_errors():
+        out = check_out_folder(out if out is not None else Path("runs") / f"realize-{kind}-{target.stem}")
+        with progress_report("realize", "simulating") as bar:
+            result = run_realisation(
+                target, kind=kind, n=n, out=out, seed=seed, t_end=t_end, mode=mode, progress=bar
+            )
+    rows = {k: result.get(k) for k in REALIZE_KEYS}
+    rows.update(status=result["run"]["status"], wall_time_s=result["run"]["wall_time_s"], folder=str(out))
+    print_summary(f"attnflow realize --kind {kind} {target.name}", rows)
+    exit_unless_ok(result["run"]["status"], out)

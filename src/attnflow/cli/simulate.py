@@ -1,0 +1,147 @@
+"""``attnflow run``, ``plot`` and ``animate``: one simulation, its figures, its motion."""
+
+from __future__ import annotations
+
+import errno
+import signal
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from attnflow.cli import interrupts
+from attnflow.cli.app import (
+    EXIT_INTERRUPTED,
+    EXIT_UNFINISHED,
+    SET,
+    Command,
+    ConfigCommand,
+    app,
+    exit_unless_ok,
+    user_errors,
+)
+from attnflow.cli.console import print_summary, say, stdout
+from attnflow.cli.progress import progress_report, snapshot_stages
+from attnflow.io.out_folder import check_out_folder
+
+SUMMARY_KEYS = (
+    "energy", "energy_gap", "mean_cosine", "gauge_mean_cosine", "shape", "gauge_shape", "n_clusters", "n_eff",
+    "orbit_residual", "planarity", "collapse_time", "gauge_collapse_time", "energy_monotone",
+)  # fmt: skip
+
+DISK_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)  # a full, read-only or failing disk
+
+
+def _refuse_an_earlier_run_of_this_config(out: Path, *, resume: bool, overwrite: bool) -> None:
+    """The default folder ``runs/<config hash>`` already holds a run: the same config ran before."""
+    from attnflow.workflows.run import MARKER
+
+    if (out / MARKER).exists() and not (resume or overwrite):
+        raise ValueError(
+            f"run: the default `--out` {str(out)!r} (named after the config's hash) must be new; got the "
+            "folder of an earlier run of this same config. Pass --resume to continue it, --overwrite "
+            "to run it again, or --out DIR for another folder."
+        )
+
+
+@app.command(cls=ConfigCommand)
+def run(
+    config: Annotated[Path, typer.Argument(metavar="CONFIG", help="TOML config file.")],
+    set_: Annotated[list[str], typer.Option("--set", metavar=SET, help="Override, e.g. model.n=128.")] = [],  # noqa: B006
+    out: Annotated[
+        Path | None, typer.Option(metavar="DIR", help="Run folder (default runs/<config hash>).")
+    ] = None,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume", metavar="", help="Continue the run in --out from its last complete snapshot."
+        ),
+    ] = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", metavar="", help="Replace the run in --out.")
+    ] = False,
+) -> None:
+    """Run one simulation and write its run folder."""
+    signal.signal(signal.SIGINT, interrupts.note)  # Ctrl-C while importing and building: noted
+    try:
+        from attnflow.io.config import config_hash, load_config
+        from attnflow.numerics.lanes import use_cpu_cores
+        from attnflow.numerics.program_cache import enable_persistent_cache
+        from attnflow.workflows.run import run as run_simulation
+
+        enable_persistent_cache()
+        use_cpu_cores()  # large n: the tile lanes run on every core (results do not depend on it)
+        if interrupts.NOTED:
+            raise KeyboardInterrupt
+        with user_errors():
+            cfg = load_config(config, set_)
+            if interrupts.NOTED:
+                raise KeyboardInterrupt
+            if out is None:
+                out = Path("runs") / config_hash(cfg)
+                _refuse_an_earlier_run_of_this_config(out, resume=resume, overwrite=overwrite)
+            out = check_out_folder(out)
+            with progress_report("run", "building") as report:
+                progress = interrupts.raising_noted(snapshot_stages(report))
+                result = run_simulation(cfg, out, progress=progress, resume=resume, overwrite=overwrite)
+    except KeyboardInterrupt as stop:
+        if getattr(stop, "out_dir", None) is None:  # not a RunInterrupted: before the run claimed its folder
+            say("interrupted before the run started: nothing was written.")
+        else:
+            say(f"{stop}; metrics.json records status 'interrupted'. Continue with: attnflow run "
+                f"{config} --out {out} --resume")  # fmt: skip
+        raise typer.Exit(code=EXIT_INTERRUPTED) from None
+    except OSError as error:  # the disk failed the run once started; any other OSError is a bug
+        if error.errno not in DISK_FAILURES:
+            raise
+        say(f"error: {error.strerror} ({error.filename or out}); the run folder keeps every completed "
+            "snapshot and records the status where the disk allowed.")  # fmt: skip
+        raise typer.Exit(code=EXIT_UNFINISHED) from None
+    info = result.metrics["run"]
+    rows = {k: result.metrics.get(k) for k in SUMMARY_KEYS}
+    rows.update(status=info["status"], steps=info["steps"], wall_time_s=info["wall_time_s"], folder=str(out))
+    rows.update(interaction=info.get("interaction"), rank=info.get("rank"))  # the path that ran
+    print_summary(f"attnflow run {config.name}", rows)
+    exit_unless_ok(info["status"], out)
+
+
+@app.command(cls=Command)
+def plot(run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="A run folder.")]) -> None:
+    """Redraw the figures of a run folder from its stored trajectory."""
+    from attnflow.workflows.run import replot
+
+    with user_errors():
+        paths = replot(run_dir)
+    for path in paths:
+        stdout.print(str(path))
+
+
+@app.command(cls=Command)
+def animate(
+    run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="A run folder.")],
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="The animation: .gif, or .mp4 where ffmpeg exists (default RUN_DIR/movie.gif).",
+        ),
+    ] = None,
+    viewer_only: Annotated[
+        bool, typer.Option("--viewer-only", metavar="", help="Write only viewer.html.")
+    ] = False,
+    fps: Annotated[int, typer.Option(metavar="N", help="Frames per second of the animation.")] = 12,
+    max_tokens: Annotated[int, typer.Option(metavar="N", help="Tokens shown (an even subsample).")] = 1000,
+    max_frames: Annotated[
+        int, typer.Option(metavar="N", help="Snapshots shown (an even subsample, ends included).")
+    ] = 100,
+) -> None:
+    """Animate a run: viewer.html (rotatable 3-D view with a time slider, offline) and a GIF/MP4 of
+    the tokens moving, the content beside the gauge frame, coloured by the label."""
+    from attnflow.workflows.animate import animate as write_motion
+
+    with user_errors():
+        paths = write_motion(
+            run_dir, out=out, viewer_only=viewer_only, fps=fps, max_tokens=max_tokens, max_frames=max_frames
+        )
+    for path in paths:
+        stdout.print(str(path))
