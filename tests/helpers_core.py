@@ -2,7 +2,7 @@
 
 Every builder takes ``n`` and returns a fresh object, so tests can mix gauges and factors freely.
 Shapes are kept to a few fixed values (n = 16 for invariants) to bound JIT recompilation. The mean
-cosine is written here from SPEC §4 (the tests do not depend on attnflow.analysis.metrics); energy series use
+cosine is written here from its definition (the tests do not depend on attnflow.analysis.metrics); energy series use
 summation.energy, which test_kernels checks against an independent NumPy evaluation.
 """
 
@@ -50,7 +50,7 @@ def gauge_rope_explicit_d5(n: int):
 
 
 def gauge_generalized_zx(n: int):
-    """The non-commuting default of SPEC §1.1: exp(ωξ L_z) exp(3ωξ L_x), ω = 2π/n."""
+    """The non-commuting default generalized RoPE: exp(ωξ L_z) exp(3ωξ L_x), ω = 2π/n."""
     generators = [gauges.axis_generator("z"), gauges.axis_generator("x")]
     return gauges.make_generalized_rope(np.arange(n), generators, [1.0, 3.0], omega=2 * np.pi / n)
 
@@ -129,7 +129,7 @@ def uniform(n: int, d: int, seed: int = 0) -> jax.Array:
 
 
 def mean_cosine(x) -> float:
-    """SPEC §4: ``(n |m|² − 1)/(n − 1)`` with ``m`` the mean of the unit rows."""
+    """The mean pairwise cosine ``(n |m|² − 1)/(n − 1)`` with ``m`` the mean of the unit rows."""
     x = np.asarray(x)
     n = x.shape[0]
     m = x.mean(axis=0)

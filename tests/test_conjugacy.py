@@ -1,6 +1,6 @@
-"""Gauge conjugacy (SPEC §1.4): u_i = Q(ξ_i) x_i maps USA-AV onto plain (weighted) USA, to round-off,
+"""Gauge conjugacy (docs/model.md, "The gauge frame"): u_i = Q(ξ_i) x_i maps USA-AV onto plain (weighted) USA, to round-off,
 for RoPE, generalized RoPE and random per-token Haar gauges; with usa/sa, causal, and through every
-fixed-step integrator. And the contrast of SPEC E9: the logits_only variant collapses in content,
+fixed-step integrator. And the contrast of experiment E9: the logits_only variant collapses in content,
 the gradient variant does not."""
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def test_gauge_conjugacy(gauge_name, variant):
 
 
 def test_logits_only_rope_collapses_gradient_rope_does_not():
-    """SPEC E9 with n = 64, β = 1, full_period RoPE, RK4 at dt = 0.01 to t = 20."""
+    """Experiment E9 with n = 64, β = 1, full_period RoPE, RK4 at dt = 0.01 to t = 20."""
     n = 64
     g = gauges.make_rope(np.arange(n), 3, gauges.rope_frequencies(3, kind="full_period", n=n))
     k = make_kernel(g, FACTORS["none"](n), beta=1.0)
@@ -89,9 +89,9 @@ def test_logits_only_rope_collapses_gradient_rope_does_not():
     opts = dict(integrator=integrators.RK4(), dt=0.01, t_end=20.0, save_every=20.0)
     logits_only = solve(dynamics.make_vector_field(k, value="logits_only"), x0, **opts)
     gradient = solve(dynamics.make_vector_field(k), x0, **opts)
-    # SPEC E9 bound: a Dirac in content
+    # E9 bound: a Dirac in content
     assert mean_cosine(logits_only.xs[-1]) > 0.999
-    # the gradient run collapses only in the gauge frame (SPEC E1: a latitude circle in content,
+    # the gradient run collapses only in the gauge frame (E1: a latitude circle in content,
     # mean cosine (n v_3² − 1)/(n − 1), far below 0.9 unless u* is within ~18° of the pole)
     assert mean_cosine(gradient.xs[-1]) < 0.9
     assert mean_cosine(np.asarray(g.apply(gradient.xs[-1]))) > 0.999

@@ -1,6 +1,6 @@
 """The USA-AV vector field (attnflow.numerics.dynamics): tangency for every gauge × factor × option, the
 gradient-flow identities v = n·P∇E and dE/dt = (1/n)Σ|v|², E non-decreasing in the settings of
-SPEC §6 E0–E5, causal structure of the Jacobian, permutation equivariance and the option errors."""
+experiments E0–E5, causal structure of the Jacobian, permutation equivariance and the option errors."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Integrators and the time loop (numerics.integrators, numerics.solve): norms, measured convergence
 orders (and a fake RK4 that must fail them), adaptive tolerance proportionality, the equiangular closed
-form of SPEC §5, solver statuses, noise and batching."""
+form of the equiangular ODE, solver statuses, noise and batching."""
 
 from __future__ import annotations
 
@@ -212,7 +212,7 @@ def test_step_policies_validate_and_replace_the_keywords():
     np.testing.assert_array_equal(keywords.xs, objects.xs)  # the keywords build exactly these objects
 
 
-# --- equiangular closed form (SPEC §5) ------------------------------------------------------------
+# --- equiangular closed form ----------------------------------------------------------------------
 
 
 def _rho_rate(normalization, n, beta):

@@ -78,7 +78,7 @@ def test_single_token_is_a_dirac():
 def test_latitude_circle_closed_forms(n):
     v3 = 0.3
     x = latitude_circle(n, v3, phase=0.4)
-    # SPEC §2.1: mean (0, 0, v3), mean pairwise cosine (n v3² − 1)/(n − 1); round-off in Σ cos.
+    # a latitude circle: mean (0, 0, v3), mean pairwise cosine (n v3² − 1)/(n − 1); round-off in Σ cos.
     assert float(metrics.mean_cosine(x)) == pytest.approx((n * v3**2 - 1) / (n - 1), abs=1e-10)
     assert float(metrics.resultant_deficit(x)) == pytest.approx(1.0 - v3, abs=1e-12)
     # Equally spaced azimuths: Σ e^{iφ_k} = 0 up to round-off.
@@ -291,7 +291,7 @@ def test_series_equals_python_loop():
 def test_circular_ks_midpoints_against_uniform(n):
     angles = TWO_PI * (np.arange(n) + 0.5) / n
     uniform = lambda t: t / TWO_PI  # noqa: E731
-    # SPEC §3.1: midpoints are within KS distance exactly 1/(2n) of the uniform law.
+    # midpoints are within KS distance exactly 1/(2n) of the uniform law.
     assert metrics.circular_ks(angles, uniform) == pytest.approx(1 / (2 * n), abs=1e-14)
     # Angles are reduced mod 2π, so whole turns do not matter.
     shifted = angles + TWO_PI * np.random.default_rng(n).integers(-3, 4, size=n)
