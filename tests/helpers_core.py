@@ -2,8 +2,8 @@
 
 Every builder takes ``n`` and returns a fresh object, so tests can mix gauges and factors freely.
 Shapes are kept to a few fixed values (n = 16 for invariants) to bound JIT recompilation. The mean
-cosine is written here from its definition (the tests do not depend on attnflow.analysis.metrics); energy series use
-summation.energy, which test_kernels checks against an independent NumPy evaluation.
+cosine is written here from its definition (the tests do not depend on attnflow.analysis.metrics);
+energy series use summation.energy, which test_kernels checks against an independent NumPy evaluation.
 """
 
 from __future__ import annotations

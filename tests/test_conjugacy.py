@@ -1,7 +1,7 @@
-"""Gauge conjugacy (docs/model.md, "The gauge frame"): u_i = Q(ξ_i) x_i maps USA-AV onto plain (weighted) USA, to round-off,
-for RoPE, generalized RoPE and random per-token Haar gauges; with usa/sa, causal, and through every
-fixed-step integrator. And the contrast of experiment E9: the logits_only variant collapses in content,
-the gradient variant does not."""
+"""Gauge conjugacy (docs/model.md, "The gauge frame"): u_i = Q(ξ_i) x_i maps USA-AV onto plain
+(weighted) USA, to round-off, for RoPE, generalized RoPE and random per-token Haar gauges; with
+usa/sa, causal, and through every fixed-step integrator. And the contrast of experiment E9: the
+logits_only variant collapses in content, the gradient variant does not."""
 
 from __future__ import annotations
 
