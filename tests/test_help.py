@@ -73,6 +73,7 @@ def test_help_names_its_values_readably(command):
     assert result.exit_code == 0, result.output
     text = result.stdout
     assert "<list[str]>" not in text and "<str>" not in text and "<bool>" not in text
+    assert "SPEC" not in text and "shared/" not in text  # the help stands alone
     assert "{" not in text.split("Usage:")[1].splitlines()[0]  # the usage line names CONFIG, RUN_DIR plainly
     if command in ("run", "sweep", "landscape"):
         assert "--set" in text and "SECTION.KEY=VALUE" in text
