@@ -24,7 +24,8 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.linalg
+
+from attnflow.core.host import to_device
 
 AXES = {"x": (1, 2), "y": (2, 0), "z": (0, 1)}  # generator L_a rotates the plane (i, j) of axis a
 
@@ -153,7 +154,7 @@ def make_rope(xi, d: int, frequencies: np.ndarray, *, dtype=jnp.float64) -> RoPE
         raise ValueError(
             f"rope: `frequencies` must have at most d//2 = {d // 2} entries; got {frequencies.size}."
         )
-    return RoPE(angles=jnp.asarray(np.outer(xi, frequencies), dtype=dtype), d=d)
+    return RoPE(angles=to_device(np.outer(xi, frequencies), dtype), d=d)
 
 
 def axis_generator(axis: str) -> np.ndarray:
@@ -181,7 +182,7 @@ def make_generalized_rope(
         for path, rate in zip(paths, rates, strict=True):
             m = m @ path(rate * omega * position)
         q[i] = m
-    return DenseGauge(q=jnp.asarray(q, dtype=dtype))
+    return DenseGauge(q=to_device(q, dtype))
 
 
 def skew_exponential(g: np.ndarray):
@@ -191,6 +192,8 @@ def skew_exponential(g: np.ndarray):
     ``[[0, −w], [w, 0]]`` (and zeros); ``exp(θ G) = Z blockdiag(r(θ w), …, 1) Zᵀ`` with exact
     rotations ``r``, unlike ``expm`` whose error grows with ``|θ|``.
     """
+    import scipy.linalg  # heavy: only for generalized RoPE, not on import
+
     t, z = scipy.linalg.schur(g, output="real")
     d = g.shape[0]
     blocks, i = [], 0
@@ -230,4 +233,4 @@ def haar_orthogonal(key, k: int, d: int) -> np.ndarray:
 def make_prompt_gauge(ids, q_prompts: np.ndarray, *, dtype=jnp.float64) -> DenseGauge:
     """Prompt gauge: token ``i`` carries ``Q_{ids[i]}`` from ``q_prompts (K, d, d)``."""
     q_prompts = check_orthogonal(q_prompts, name="prompt gauge")
-    return DenseGauge(q=jnp.asarray(q_prompts[np.asarray(ids, dtype=int)], dtype=dtype))
+    return DenseGauge(q=to_device(q_prompts[np.asarray(ids, dtype=int)], dtype))
