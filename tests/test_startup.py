@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from attnflow.core import sphere
+from attnflow.core import gauges, sphere
 from attnflow.core.host import folded_key, to_device
 from attnflow.core.kernel import make_profile
 from attnflow.io.config import config_from_dict
@@ -82,3 +82,19 @@ def test_building_a_run_compiles_nothing(sections, caplog):
     compiled = [r.getMessage().split(" with ")[0] for r in caplog.records if "Compiling" in r.getMessage()]
     assert compiled == []
     assert sim.x0.shape == (config.model.n, config.model.d)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+@pytest.mark.parametrize(("d", "frequencies"), [(3, "full_period"), (8, "roformer"), (7, "roformer")])
+def test_compiled_gauge_matrices_equal_the_eager_ones_bit_for_bit(d, frequencies, dtype):
+    n = 50
+    gauge = gauges.make_rope(
+        np.arange(n) * 0.37, d, gauges.rope_frequencies(d, kind=frequencies, n=n), dtype=dtype
+    )
+    eye = jnp.broadcast_to(jnp.eye(d, dtype=dtype), (n, d, d))
+    with jax.disable_jit():  # operation by operation, as the matrices were made before
+        eager = np.asarray(jax.vmap(gauge.apply, in_axes=2, out_axes=2)(eye))
+        identity = np.asarray(jnp.broadcast_to(jnp.eye(d), (n, d, d)))
+    np.testing.assert_array_equal(np.asarray(gauge.matrices()), eager)
+    assert gauge.matrices().dtype == dtype
+    np.testing.assert_array_equal(np.asarray(gauges.IdentityGauge(n=n, d=d).matrices()), identity)

@@ -46,7 +46,7 @@ class IdentityGauge:
         return u
 
     def matrices(self) -> jax.Array:
-        return jnp.broadcast_to(jnp.eye(self.d), (self.n, self.d, self.d))
+        return _identity_matrices(self.n, self.d)
 
 
 @partial(jax.tree_util.register_dataclass, data_fields=["angles"], meta_fields=["d"])
@@ -77,8 +77,21 @@ class RoPE:
         return self._rotate(u, -1.0)
 
     def matrices(self) -> jax.Array:
-        eye = jnp.broadcast_to(jnp.eye(self.d, dtype=self.angles.dtype), (self.n, self.d, self.d))
-        return jax.vmap(self.apply, in_axes=2, out_axes=2)(eye)
+        return _rope_matrices(self)
+
+
+# ``matrices()`` as one compiled program each (called eagerly for the metrics and the store, they
+# would otherwise compile every operation on its own, in every process; inside a trace they are
+# inlined). The entries are cos, sin, 0 and 1 exactly, as computed operation by operation.
+@partial(jax.jit, static_argnums=(0, 1))
+def _identity_matrices(n: int, d: int) -> jax.Array:
+    return jnp.broadcast_to(jnp.eye(d), (n, d, d))
+
+
+@jax.jit
+def _rope_matrices(gauge: RoPE) -> jax.Array:
+    eye = jnp.broadcast_to(jnp.eye(gauge.d, dtype=gauge.angles.dtype), (gauge.n, gauge.d, gauge.d))
+    return jax.vmap(gauge.apply, in_axes=2, out_axes=2)(eye)
 
 
 @partial(jax.tree_util.register_dataclass, data_fields=["q"], meta_fields=[])
