@@ -90,18 +90,34 @@ CLI = "from attnflow.cli import app; app()"
 
 STARTUP = """
 import json, sys, time
+stamps = {}
 import attnflow.cli as cli  # the command line's imports
+stamps["cli_imported"] = time.time()
 import attnflow.workflows.run as run_module
+from attnflow.numerics import program_cache
 
-imported = time.time()
-first = []
-simulate = run_module.run
+stamps["imported"] = time.time()
+simulate, build, open_writer, compiled = (
+    run_module.run, run_module.build, run_module._open_writer, program_cache.compiled
+)
+
+
+def stamped(name, function):
+    def call(*args, **options):
+        stamps.setdefault(name + "_start", time.time())
+        result = function(*args, **options)
+        stamps.setdefault(name, time.time())
+        return result
+
+    return call
 
 
 def timed(config, out, *, progress=None, **options):
     def note(done, total):
-        if done >= 2 and not first:  # the first snapshot after t = 0: the first steps are taken
-            first.append(time.time())
+        if done == 1:  # x0 stored and measured
+            stamps.setdefault("x0_measured", time.time())
+        if done >= 2 and "first_snapshot" not in stamps:  # the first snapshot after t = 0
+            stamps["first_snapshot"], stamps["first_snapshot_cpu"] = time.time(), time.process_time()
         if progress is not None:
             progress(done, total)
 
@@ -109,11 +125,31 @@ def timed(config, out, *, progress=None, **options):
 
 
 run_module.run = timed
+run_module.build = stamped("built", build)
+run_module._open_writer = stamped("store_opened", open_writer)
+program_cache.compiled = stamped("program_ready", compiled)
 try:
     cli.app(["run", sys.argv[1], "--out", sys.argv[2]], standalone_mode=False)
 finally:
-    print(json.dumps({"imported": imported, "first_snapshot": first[0], "end": time.time()}))
+    stamps["end"] = time.time()
+    print(json.dumps(stamps))
 """
+
+# The stages of a start-up, each timed from the end of the one before (the first from the process
+# start): the command line's imports, the run workflow's, the persistent cache turned on and the
+# config read, the build, the store created, x0 measured, the solver's program traced and compiled
+# or loaded, its first call.
+STAGES = (
+    ("python + import attnflow.cli", "cli_imported"),
+    ("import attnflow.workflows.run", "imported"),
+    ("cache on, config read", "built_start"),
+    ("build", "built"),
+    ("store created", "store_opened"),
+    ("x0 stored and measured", "x0_measured"),
+    ("solver program (trace, lower, compile or load)", "program_ready"),
+    ("first steps, first snapshot", "first_snapshot"),
+)
+
 
 STARTUP_CONFIG = """
 [model]
@@ -181,7 +217,9 @@ def cli_comparison(args) -> dict:
 
 
 def startup(args) -> dict:
-    """Cold (empty cache) and warm (the cache a cold process left) ``attnflow run``, alternated."""
+    """Cold (empty cache) and warm (the cache a cold process left) ``attnflow run``, alternated:
+    wall time to the end of the imports and to the first snapshot after t = 0, the process's CPU
+    time to that snapshot and in all, and the wall time of each stage (``STAGES``)."""
     rows: dict[str, list[dict]] = {"cold": [], "warm": [], "import": []}
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "startup.toml"
@@ -198,11 +236,18 @@ def startup(args) -> dict:
                 if done.returncode != 0:
                     raise RuntimeError(f"startup process failed:\n{done.stderr[-3000:]}")
                 stamps = json.loads(done.stdout.strip().splitlines()[-1])
+                stages, previous = {}, start
+                for stage, stamp in STAGES:
+                    stages[stage] = round(stamps[stamp] - previous, 3)
+                    previous = stamps[stamp]
                 rows[name].append({
                     "import_s": round(stamps["imported"] - start, 3),
                     "first_snapshot_s": round(stamps["first_snapshot"] - start, 3),
                     "total_s": round(stamps["end"] - start, 3),
+                    "cpu_first_snapshot_s": round(stamps["first_snapshot_cpu"], 2),
                     "cpu_s": round(cpu, 2),
+                    "stages_s": stages,
+                    "load": round(os.getloadavg()[0], 2),
                 })  # fmt: skip
                 print(name, rows[name][-1], file=sys.stderr)
             env = {**os.environ, "PYTHONPATH": str(HERE / "src")}
@@ -210,14 +255,21 @@ def startup(args) -> dict:
             subprocess.run([sys.executable, "-c", "import attnflow.cli"], env=env, check=True)
             rows["import"].append({"python_and_import_cli_s": round(time.time() - start, 3)})
     best = {name: min(r["first_snapshot_s"] for r in rows[name]) for name in ("cold", "warm")}
+    pairs = list(zip(rows["cold"], rows["warm"], strict=True))
     return {
         "shape": "n = 64, d = 3, RoPE, adaptive DP5, t_end = 1, save_every = 0.1",
         "load": [round(v, 2) for v in os.getloadavg()],
         "runs": rows,
         "startup_ratio_cold_over_warm_best": round(best["cold"] / best["warm"], 2),
         "startup_ratio_cold_over_warm_pairs": [
-            round(c["first_snapshot_s"] / w["first_snapshot_s"], 2)
-            for c, w in zip(rows["cold"], rows["warm"], strict=True)
+            round(c["first_snapshot_s"] / w["first_snapshot_s"], 2) for c, w in pairs
+        ],
+        "after_imports_ratio_pairs": [
+            round((c["first_snapshot_s"] - c["import_s"]) / (w["first_snapshot_s"] - w["import_s"]), 2)
+            for c, w in pairs
+        ],
+        "cpu_first_snapshot_ratio_pairs": [
+            round(c["cpu_first_snapshot_s"] / w["cpu_first_snapshot_s"], 2) for c, w in pairs
         ],
     }
 

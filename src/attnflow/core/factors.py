@@ -32,6 +32,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from attnflow.core.host import to_device
+
 
 class _FactorOperations:
     """The operations every factor has, written from its ``rows`` (each factor class defines
@@ -210,4 +212,4 @@ def check_symmetric(w, *, n: int, name: str = "factor", tol: float = 1e-12) -> n
 
 def make_matrix_factor(w, *, n: int, dtype=jnp.float64) -> MatrixFactor:
     w = check_symmetric(w, n=n)
-    return MatrixFactor(w=jnp.asarray(w, dtype=dtype), nonnegative=bool(np.all(w >= 0)))
+    return MatrixFactor(w=to_device(w, dtype), nonnegative=bool(np.all(w >= 0)))

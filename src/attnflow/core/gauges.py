@@ -24,7 +24,8 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.linalg
+
+from attnflow.core.host import to_device
 
 AXES = {"x": (1, 2), "y": (2, 0), "z": (0, 1)}  # generator L_a rotates the plane (i, j) of axis a
 
@@ -45,7 +46,7 @@ class IdentityGauge:
         return u
 
     def matrices(self) -> jax.Array:
-        return jnp.broadcast_to(jnp.eye(self.d), (self.n, self.d, self.d))
+        return _identity_matrices(self.n, self.d)
 
 
 @partial(jax.tree_util.register_dataclass, data_fields=["angles"], meta_fields=["d"])
@@ -76,8 +77,21 @@ class RoPE:
         return self._rotate(u, -1.0)
 
     def matrices(self) -> jax.Array:
-        eye = jnp.broadcast_to(jnp.eye(self.d, dtype=self.angles.dtype), (self.n, self.d, self.d))
-        return jax.vmap(self.apply, in_axes=2, out_axes=2)(eye)
+        return _rope_matrices(self)
+
+
+# ``matrices()`` as one compiled program each (called eagerly for the metrics and the store, they
+# would otherwise compile every operation on its own, in every process; inside a trace they are
+# inlined). The entries are cos, sin, 0 and 1 exactly, as computed operation by operation.
+@partial(jax.jit, static_argnums=(0, 1))
+def _identity_matrices(n: int, d: int) -> jax.Array:
+    return jnp.broadcast_to(jnp.eye(d), (n, d, d))
+
+
+@jax.jit
+def _rope_matrices(gauge: RoPE) -> jax.Array:
+    eye = jnp.broadcast_to(jnp.eye(gauge.d, dtype=gauge.angles.dtype), (gauge.n, gauge.d, gauge.d))
+    return jax.vmap(gauge.apply, in_axes=2, out_axes=2)(eye)
 
 
 @partial(jax.tree_util.register_dataclass, data_fields=["q"], meta_fields=[])
@@ -153,7 +167,7 @@ def make_rope(xi, d: int, frequencies: np.ndarray, *, dtype=jnp.float64) -> RoPE
         raise ValueError(
             f"rope: `frequencies` must have at most d//2 = {d // 2} entries; got {frequencies.size}."
         )
-    return RoPE(angles=jnp.asarray(np.outer(xi, frequencies), dtype=dtype), d=d)
+    return RoPE(angles=to_device(np.outer(xi, frequencies), dtype), d=d)
 
 
 def axis_generator(axis: str) -> np.ndarray:
@@ -181,7 +195,7 @@ def make_generalized_rope(
         for path, rate in zip(paths, rates, strict=True):
             m = m @ path(rate * omega * position)
         q[i] = m
-    return DenseGauge(q=jnp.asarray(q, dtype=dtype))
+    return DenseGauge(q=to_device(q, dtype))
 
 
 def skew_exponential(g: np.ndarray):
@@ -191,6 +205,8 @@ def skew_exponential(g: np.ndarray):
     ``[[0, −w], [w, 0]]`` (and zeros); ``exp(θ G) = Z blockdiag(r(θ w), …, 1) Zᵀ`` with exact
     rotations ``r``, unlike ``expm`` whose error grows with ``|θ|``.
     """
+    import scipy.linalg  # heavy: only for generalized RoPE, not on import
+
     t, z = scipy.linalg.schur(g, output="real")
     d = g.shape[0]
     blocks, i = [], 0
@@ -230,4 +246,4 @@ def haar_orthogonal(key, k: int, d: int) -> np.ndarray:
 def make_prompt_gauge(ids, q_prompts: np.ndarray, *, dtype=jnp.float64) -> DenseGauge:
     """Prompt gauge: token ``i`` carries ``Q_{ids[i]}`` from ``q_prompts (K, d, d)``."""
     q_prompts = check_orthogonal(q_prompts, name="prompt gauge")
-    return DenseGauge(q=jnp.asarray(q_prompts[np.asarray(ids, dtype=int)], dtype=dtype))
+    return DenseGauge(q=to_device(q_prompts[np.asarray(ids, dtype=int)], dtype))

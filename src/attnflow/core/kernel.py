@@ -17,8 +17,10 @@ import jax.numpy as jnp
 
 from attnflow.core.factors import Factor
 from attnflow.core.gauges import Gauge
+from attnflow.core.host import to_device
 
 PROFILES = ("exp", "linear")
+TIME_SCALES = ("plain", "rescaled")
 
 
 @partial(jax.tree_util.register_dataclass, data_fields=["beta", "c"], meta_fields=["kind"])
@@ -50,11 +52,13 @@ class Profile:
 
 
 def make_profile(kind: str = "exp", *, beta: float = 1.0, time_scale: str = "plain", dtype=jnp.float64):
-    """Profile from the config vocabulary: ``time_scale`` "plain" (c = 1) or "rescaled" (c = e^{−β})."""
-    scales = {"plain": 1.0, "rescaled": float(jnp.exp(-beta))}
-    if time_scale not in scales:
-        raise ValueError(f"profile: `time_scale` must be one of {tuple(scales)}; got {time_scale!r}.")
-    return Profile(kind=kind, beta=jnp.asarray(beta, dtype), c=jnp.asarray(scales[time_scale], dtype))
+    """Profile from the config vocabulary: ``time_scale`` "plain" (c = 1) or "rescaled" (c = e^{−β}).
+    Its numbers are made on the host (:func:`attnflow.core.host.to_device`); ``e^{−β}`` is
+    JAX's (a "rescaled" run's constant is the one it always was)."""
+    if time_scale not in TIME_SCALES:
+        raise ValueError(f"profile: `time_scale` must be one of {TIME_SCALES}; got {time_scale!r}.")
+    c = 1.0 if time_scale == "plain" else float(jnp.exp(-beta))
+    return Profile(kind=kind, beta=to_device(beta, dtype), c=to_device(c, dtype))
 
 
 @partial(jax.tree_util.register_dataclass, data_fields=["gauge", "factor", "profile"], meta_fields=[])

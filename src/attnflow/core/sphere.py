@@ -20,6 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from attnflow.core.host import to_device
+
 
 def _dot(x: jax.Array, y: jax.Array) -> jax.Array:
     return jnp.sum(x * y, axis=-1, keepdims=True)
@@ -67,24 +69,35 @@ def geodesic_distance(x: jax.Array, y: jax.Array) -> jax.Array:
     return jnp.arctan2(cross, jnp.clip(jnp.sum(x * y, axis=-1), -1.0, 1.0))
 
 
-def _gaussian(key, shape: tuple[int, ...], dtype) -> jax.Array:
-    """Standard Gaussians from a JAX key, or from an integer seed through NumPy's PCG64.
+def _seeded(key) -> bool:
+    """Whether ``key`` is an integer seed (NumPy's PCG64 stream) rather than a JAX key."""
+    return isinstance(key, int | np.integer)
+
+
+def _numpy_gaussian(seed, shape: tuple[int, ...], dtype) -> np.ndarray:
+    """Standard Gaussians from an integer seed through NumPy's PCG64, rounded to ``dtype``.
 
     An integer seed is the config convention (``init.seed``): ``np.random.default_rng(seed)``
     draws the same initial data as a plain NumPy implementation of the model, whatever JAX's PRNG
     settings, so results can be compared seed by seed with reference codes.
     """
-    if isinstance(key, int | np.integer):
-        return jnp.asarray(np.random.default_rng(int(key)).standard_normal(shape), dtype=dtype)
-    return jax.random.normal(key, shape, dtype=dtype)
+    return np.random.default_rng(int(seed)).standard_normal(shape).astype(dtype)
+
+
+def _numpy_normalize(x: np.ndarray) -> np.ndarray:
+    """``normalize`` on the host, in the same operations (``x / sqrt(sum(x * x))`` per row)."""
+    return x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True))
 
 
 def sample_uniform(key, n: int, d: int, *, dtype=jnp.float64) -> jax.Array:
     """``n`` iid uniform points on ``S^{d−1}`` (normalised standard Gaussians).
 
-    ``key`` is a JAX key or an integer seed (NumPy's ``default_rng(seed).standard_normal((n, d))``).
+    ``key`` is a JAX key or an integer seed (NumPy's ``default_rng(seed).standard_normal((n, d))``;
+    then computed on the host, :mod:`attnflow.core.host`).
     """
-    return normalize(_gaussian(key, (n, d), dtype))
+    if _seeded(key):
+        return to_device(_numpy_normalize(_numpy_gaussian(key, (n, d), dtype)), dtype)
+    return normalize(jax.random.normal(key, (n, d), dtype=dtype))
 
 
 def sample_cap(key, n: int, center: jax.Array, *, sigma: float, dtype=jnp.float64) -> jax.Array:
@@ -92,8 +105,12 @@ def sample_cap(key, n: int, center: jax.Array, *, sigma: float, dtype=jnp.float6
 
     ``key`` is a JAX key or an integer seed, as for ``sample_uniform``.
     """
+    if _seeded(key):
+        c = _numpy_normalize(np.asarray(center, dtype=dtype))
+        points = c + sigma * _numpy_gaussian(key, (n, c.shape[-1]), dtype)
+        return to_device(_numpy_normalize(points), dtype)
     center = normalize(jnp.asarray(center, dtype=dtype))
-    return normalize(center + sigma * _gaussian(key, (n, center.shape[-1]), dtype))
+    return normalize(center + sigma * jax.random.normal(key, (n, center.shape[-1]), dtype=dtype))
 
 
 def equiangular(n: int, d: int, rho0: float, *, dtype=jnp.float64) -> jax.Array:
@@ -105,7 +122,9 @@ def equiangular(n: int, d: int, rho0: float, *, dtype=jnp.float64) -> jax.Array:
     if d < n:
         raise ValueError(f"equiangular: `d` must be >= n = {n}; got {d}.")
     if n == 1:
-        return jnp.zeros((1, d), dtype=dtype).at[0, 0].set(1.0)
+        x = np.zeros((1, d))
+        x[0, 0] = 1.0
+        return to_device(x, dtype)
     if not -1.0 / (n - 1) < rho0 < 1.0:
         raise ValueError(
             f"equiangular: `rho0` must lie in (-1/(n-1), 1) = ({-1.0 / (n - 1)}, 1); got {rho0!r}."
@@ -114,4 +133,4 @@ def equiangular(n: int, d: int, rho0: float, *, dtype=jnp.float64) -> jax.Array:
     chol = np.linalg.cholesky(gram)
     x = np.zeros((n, d))
     x[:, :n] = chol
-    return jnp.asarray(x, dtype=dtype)
+    return to_device(x, dtype)

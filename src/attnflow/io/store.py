@@ -69,13 +69,15 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import xarray as xr
 import zarr
 from zarr.codecs import Crc32cCodec
 from zarr.errors import ZarrUserWarning
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 __all__ = [
     "StoredGauge",
@@ -425,6 +427,8 @@ def open_dataset(path: str | os.PathLike[str]) -> xr.Dataset:
     with a gauge); ``t`` is the indexed coordinate of its own dimension. ``attrs["status"]`` is the status
     ``read_trajectory`` reports. Variables load on access (no dask; call ``.chunk()`` for dask).
     """
+    import xarray as xr  # heavy (pandas): only where a Dataset is opened, not to write a run
+
     group = _open_store(path)
     recorded = group.attrs.get("n_snapshots")
     blocks = [ts for ts, _ in _complete_blocks(group["t"], group["x"], recorded=recorded)]

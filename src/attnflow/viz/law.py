@@ -24,9 +24,6 @@ import os
 from pathlib import Path
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.colors import LogNorm
-from matplotlib.figure import Figure
 from numpy.typing import ArrayLike
 
 __all__ = ["LAW_BINS", "law_histogram", "write_law_figure"]
@@ -91,6 +88,10 @@ def write_law_figure(
     ``u (n, d)``, the density of the empirical law (log colour scale) and the mean label colour
     per cell. ``t``: the time shown in the titles; ``n_total``: the run's token count when ``x``
     is a subsample of it (said in the title)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # heavy: only when a law is drawn
+    from matplotlib.colors import LogNorm
+    from matplotlib.figure import Figure
+
     frames = [("content", np.asarray(x, dtype=float))]
     if u is not None:
         frames.append(("gauge frame", np.asarray(u, dtype=float)))

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnflow.core import factors, gauges, sphere
+from attnflow.core.host import folded_key, to_device
 from attnflow.core.kernel import Kernel, make_profile
 from attnflow.io.arrays import ArrayFileError, load_array
 from attnflow.io.config import Config, ConfigError
@@ -160,7 +161,7 @@ def make_gauge(config: Config, xi: np.ndarray, dtype) -> gauges.Gauge:
         q = gauges.check_orthogonal(q, name="gauge.path")
     except ValueError as error:
         raise ConfigError(f"config: {error}") from error
-    return gauges.DenseGauge(q=jnp.asarray(q, dtype=dtype))
+    return gauges.DenseGauge(q=to_device(q, dtype))
 
 
 def make_factor(config: Config, xi: np.ndarray, dtype) -> factors.Factor:
@@ -168,11 +169,11 @@ def make_factor(config: Config, xi: np.ndarray, dtype) -> factors.Factor:
     if f.kind == "none":
         return factors.NoFactor(n=n)
     if f.kind == "distance_bias":
-        xi = jnp.asarray(_scalar_labels(xi, "factor.kind"), dtype)
-        return factors.DistanceBias(xi=xi, slope=jnp.asarray(f.slope, dtype))
+        xi = to_device(_scalar_labels(xi, "factor.kind"), dtype)
+        return factors.DistanceBias(xi=xi, slope=to_device(f.slope, dtype))
     if f.kind == "toeplitz_cos":
-        xi = jnp.asarray(_scalar_labels(xi, "factor.kind"), dtype)
-        return factors.ToeplitzCos(xi=xi, omega=jnp.asarray(f.omega, dtype))
+        xi = to_device(_scalar_labels(xi, "factor.kind"), dtype)
+        return factors.ToeplitzCos(xi=xi, omega=to_device(f.omega, dtype))
     w = _load_array("factor.path", f.path, (n, n))
     try:
         factor = factors.make_matrix_factor(w, n=n, dtype=dtype)
@@ -190,7 +191,7 @@ def make_initial(config: Config, gauge: gauges.Gauge, dtype) -> jax.Array:
     if init.kind == "uniform":
         return sphere.sample_uniform(key, n, d, dtype=dtype)
     if init.kind == "cap":
-        u0 = sphere.sample_cap(key, n, jnp.asarray(init.center, dtype), sigma=init.sigma, dtype=dtype)
+        u0 = sphere.sample_cap(key, n, init.center, sigma=init.sigma, dtype=dtype)
         return gauge.apply_transpose(u0)
     if init.kind == "equiangular":
         return sphere.equiangular(n, d, init.rho0, dtype=dtype)
@@ -202,7 +203,7 @@ def make_initial(config: Config, gauge: gauges.Gauge, dtype) -> jax.Array:
     norms = np.linalg.norm(x0, axis=1)
     if np.any(norms == 0):
         raise _fail("init.path", "free of zero rows (points are normalised onto the sphere)", str(init.path))
-    return jnp.asarray(x0 / norms[:, None], dtype=dtype)
+    return to_device(x0 / norms[:, None], dtype)
 
 
 def auto_block_size(n: int, dtype=jnp.float64) -> int | None:
@@ -328,6 +329,12 @@ def _key_value(config: Config, key: str):
     return getattr(getattr(config, section), name)
 
 
+def _profile_scale(profile) -> float:
+    """``Profile.scale`` (``c e^β``, or ``c``) computed on the host, for the step-size warning."""
+    c = float(np.asarray(profile.c))
+    return c * float(np.exp(np.asarray(profile.beta, dtype=np.float64))) if profile.kind == "exp" else c
+
+
 def build(config: Config, *, memory_limit: int | None = None, streamed: bool = False) -> Simulation:
     """Build every runtime object of a simulation from its config (after ``check_memory``;
     ``streamed``: the caller keeps one compiled call's snapshots at a time, as ``attnflow run``)."""
@@ -353,11 +360,12 @@ def build(config: Config, *, memory_limit: int | None = None, streamed: bool = F
         if solver.interaction == "exact":
             raise
         raise ConfigError(f"config: `solver.interaction` = {solver.interaction!r}: {error}") from error
-    ratio = solver.dt * float(profile.scale)
+    scale = _profile_scale(profile)
+    ratio = solver.dt * scale
     if solver.method != "adaptive" and ratio > 1.0:
         warnings.warn(
             f"solver.dt = {solver.dt} is outside the stable range: dt·c·e^β = {ratio:.3g} > 1 "
-            f"(collapse rate ≈ 2c·e^β); consider dt <= {1.0 / float(profile.scale):.3g}.",
+            f"(collapse rate ≈ 2c·e^β); consider dt <= {1.0 / scale:.3g}.",
             stacklevel=2,
         )
     return Simulation(
@@ -371,7 +379,7 @@ def build(config: Config, *, memory_limit: int | None = None, streamed: bool = F
         t_end=solver.t_end,
         save_every=solver.save_every,
         noise=model.noise,
-        key=jax.random.fold_in(jax.random.key(config.init.seed), 1),  # noise stream
+        key=folded_key(config.init.seed, 1),  # the noise stream: fold_in(key(seed), 1)
         block_size=block_size,
         interaction=field.interaction,
         rank=field.rank,

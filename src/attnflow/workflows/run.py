@@ -464,6 +464,11 @@ def _run_info(config, sim, writer, status, statistics: SolveStatistics | None, s
     }
 
 
+# The gauge frames of the two states drawn: one compiled program (found in the persistent cache by a
+# warm process), not one per operation of the gauge's eager ``apply``.
+_gauge_frames = jax.jit(jax.vmap(lambda gauge, x: gauge.apply(x), in_axes=(None, 0)))
+
+
 def _finish(
     config, sim, out_dir, writer, snapshots, status, statistics, start, *, figures: bool, error=None
 ) -> dict:
@@ -482,7 +487,7 @@ def _finish(
         if figures and summary:
             gauge = sim.kernel.gauge
             xs = np.stack([snapshots.first[1], snapshots.summary.last])  # the two states drawn
-            us = np.asarray(jax.vmap(gauge.apply)(jax.numpy.asarray(xs)))
+            us = np.asarray(_gauge_frames(gauge, xs))
             looks = figure_looks(out_dir.name, config.aux.kind, config.init.seed, summary.get("energy_max"))
             write_figures(out_dir, summary["series"]["t"], xs, us, sim.xi, summary["series"], looks=looks)
     except BaseException as failure:

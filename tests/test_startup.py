@@ -1,0 +1,100 @@
+"""Start-up of `attnflow run`: what its path imports, and that building a run compiles nothing.
+
+A warm process (the persistent compilation cache filled) still traces and lowers every eager JAX
+operation to look its program up, so the build's constants are made on the host
+(``attnflow.core.host``); these tests pin that down, and that the host versions equal JAX's.
+"""
+
+import logging
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from attnflow.core import gauges, sphere
+from attnflow.core.host import folded_key, to_device
+from attnflow.core.kernel import make_profile
+from attnflow.io.config import config_from_dict
+from attnflow.workflows.build import build
+
+HEAVY = ("xarray", "pandas", "matplotlib", "dask")
+
+
+def test_the_run_path_imports_no_xarray_pandas_or_matplotlib():
+    code = (
+        "import sys, attnflow.cli, attnflow.workflows.run; "
+        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 12345, 2**32, 2**40 + 3, 2**63 - 1, -1])
+@pytest.mark.parametrize("data", [0, 1, 2**32 - 1])
+def test_folded_key_is_jax_fold_in_bit_for_bit(seed, data):
+    ours, theirs = folded_key(seed, data), jax.random.fold_in(jax.random.key(seed), data)
+    assert jax.typeof(ours) == jax.typeof(theirs)
+    np.testing.assert_array_equal(jax.random.key_data(ours), jax.random.key_data(theirs))
+    np.testing.assert_array_equal(jax.random.normal(ours, (3,)), jax.random.normal(theirs, (3,)))
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+@pytest.mark.parametrize("d", [2, 3, 16, 64])
+def test_seeded_samples_are_jax_normalisation_to_round_off(d, dtype):
+    ours = np.asarray(sphere.sample_uniform(3, 500, d, dtype=dtype))
+    gaussians = jnp.asarray(np.random.default_rng(3).standard_normal((500, d)), dtype=dtype)
+    theirs = np.asarray(sphere.normalize(gaussians))
+    assert ours.dtype == theirs.dtype == np.dtype(dtype)
+    spacing = np.spacing(np.ones((), ours.dtype))
+    # the same operations; the sum of squares, the square root and the division round differently
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=8 * spacing)
+    np.testing.assert_allclose(np.linalg.norm(ours.astype(float), axis=1), 1.0, atol=4 * spacing)
+    cap = np.asarray(sphere.sample_cap(3, 500, np.ones(d), sigma=0.2, dtype=dtype))
+    jax_cap = sphere.normalize(sphere.normalize(jnp.ones(d, dtype)) + 0.2 * gaussians)
+    np.testing.assert_allclose(cap, np.asarray(jax_cap), rtol=0, atol=8 * spacing)
+
+
+def test_host_constants_are_jax_arrays_of_the_dtype_not_weakly_typed():
+    for dtype in (jnp.float64, jnp.float32):
+        profile = make_profile("exp", beta=1.5, time_scale="rescaled", dtype=dtype)
+        for value in (profile.beta, profile.c, to_device([1.0, 2.0], dtype)):
+            assert isinstance(value, jax.Array) and value.dtype == dtype and not value.weak_type
+        assert float(profile.c) == np.float64(np.asarray(jnp.exp(-1.5), dtype))  # JAX's e^{-β}
+
+
+@pytest.mark.parametrize(
+    "sections",
+    [
+        {"model": {"n": 64}, "aux": {"kind": "positions"}, "gauge": {"kind": "rope"}},
+        {"model": {"n": 40, "d": 16, "noise": 0.1}, "solver": {"dtype": "float32"}},
+        {"model": {"n": 8}, "aux": {"kind": "positions"}, "factor": {"kind": "distance_bias"}},
+        {"model": {"n": 4, "d": 6}, "init": {"kind": "equiangular", "rho0": 0.3}},
+    ],
+)
+def test_building_a_run_compiles_nothing(sections, caplog):
+    config = config_from_dict(sections)
+    jax.clear_caches()  # every eager operation would compile again: none may run
+    with caplog.at_level(logging.WARNING), jax.log_compiles():
+        sim = build(config, streamed=True)
+    compiled = [r.getMessage().split(" with ")[0] for r in caplog.records if "Compiling" in r.getMessage()]
+    assert compiled == []
+    assert sim.x0.shape == (config.model.n, config.model.d)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+@pytest.mark.parametrize(("d", "frequencies"), [(3, "full_period"), (8, "roformer"), (7, "roformer")])
+def test_compiled_gauge_matrices_equal_the_eager_ones_bit_for_bit(d, frequencies, dtype):
+    n = 50
+    gauge = gauges.make_rope(
+        np.arange(n) * 0.37, d, gauges.rope_frequencies(d, kind=frequencies, n=n), dtype=dtype
+    )
+    eye = jnp.broadcast_to(jnp.eye(d, dtype=dtype), (n, d, d))
+    with jax.disable_jit():  # operation by operation, as the matrices were made before
+        eager = np.asarray(jax.vmap(gauge.apply, in_axes=2, out_axes=2)(eye))
+        identity = np.asarray(jnp.broadcast_to(jnp.eye(d), (n, d, d)))
+    np.testing.assert_array_equal(np.asarray(gauge.matrices()), eager)
+    assert gauge.matrices().dtype == dtype
+    np.testing.assert_array_equal(np.asarray(gauges.IdentityGauge(n=n, d=d).matrices()), identity)
