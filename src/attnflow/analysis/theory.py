@@ -47,8 +47,6 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.optimize
-import scipy.special
 
 from attnflow.core.gauges import Gauge
 from attnflow.core.kernel import Kernel
@@ -238,6 +236,8 @@ def circle_energy(beta, *, c: float = 1.0):
 
     With ``x(ξ) = (cos 2πξ, sin 2πξ)``, ``⟨x,y⟩ = w``, so ``E = (c/2β) ∫ cos θ e^{β cos θ} dθ/2π``.
     """
+    import scipy.special  # SciPy is imported where it is used: a run's start-up does not pay for it
+
     beta = np.asarray(beta, dtype=np.float64)
     return c * scipy.special.iv(1, beta) / (2.0 * beta)
 
@@ -255,6 +255,9 @@ def antipodal_energy(beta, *, c: float = 1.0):
 def d3_crossing(*, xtol: float = 1e-14) -> float:
     """The β* where :func:`circle_energy` = :func:`antipodal_energy`: ``I_1(β) = (4/π²) sinh β``
     (≈ 2.7455; independent of ``c``). Below β* the circle has the higher energy."""
+    import scipy.optimize
+    import scipy.special
+
     gap = lambda b: scipy.special.iv(1, b) - (4.0 / np.pi**2) * np.sinh(b)  # noqa: E731
     return float(scipy.optimize.brentq(gap, *D3_BRACKET, xtol=xtol))
 
@@ -294,6 +297,8 @@ def spectral_criterion(w, *, rtol: float = EIG_RTOL) -> SpectralCriterion:
         v = basis[:, 0] * np.sign(basis[np.argmax(np.abs(basis[:, 0])), 0])
         positive = bool(np.all(v > 1e-12 * np.max(np.abs(v))))
     else:  # variables (a_1..a_k, t): maximise t subject to t − (V a)_i <= 0, −1 <= a <= 1
+        import scipy.optimize
+
         cost = np.zeros(k + 1)
         cost[-1] = -1.0
         lp = scipy.optimize.linprog(
