@@ -40,6 +40,7 @@ def test_run_writes_a_complete_run_folder(config_file, tmp_path):
         "figures",
         "metrics.json",
         "trajectory.zarr",
+        "viewer.html",
     ]
     config = json.loads((out / "config.json").read_text())
     assert config["model"]["beta"] == 2.0  # the override reached the resolved config
@@ -61,6 +62,10 @@ def test_run_writes_a_complete_run_folder(config_file, tmp_path):
     for name in ("states.png", "energy.png", "collapse.png"):
         assert (out / "figures" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "status" in result.output and "ok" in result.output
+    # the viewer shows every stored snapshot (5 <= its limit) of every token, in content and gauge frame
+    viewer = (out / "viewer.html").read_text()
+    assert '"times": [0.0, 0.5, 1.0, 1.5, 2.0]' in viewer and "16 of 16 tokens, 5 of 5 snapshots" in viewer
+    assert '"panels": ["content x", "gauge frame u = Q(\\u03be) x"]' in viewer
 
 
 def test_plot_redraws_figures(config_file, tmp_path):

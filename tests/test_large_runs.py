@@ -58,7 +58,7 @@ def test_metrics_use_every_token_and_time_whatever_is_stored(runs):
 def test_replot_of_a_thinned_run_draws_its_series(runs):
     root, _, _ = runs
     written = run_module.replot(root / "thin")
-    assert sorted(p.name for p in written) == ["collapse.png", "energy.png", "states.png"]
+    assert sorted(p.name for p in written) == ["collapse.png", "energy.png", "states.png", "viewer.html"]
 
 
 def test_resume_of_a_thinned_store_is_refused(tmp_path):

@@ -9,9 +9,16 @@ import subprocess
 import numpy as np
 import pytest
 
-from attnflow.io.store import StoredGauge, StoredTrajectory
+from attnflow.io.store import (
+    CorruptStoreError,
+    StoredGauge,
+    StoredTrajectory,
+    TrajectoryWriter,
+    read_trajectory,
+    spread,
+)
 from attnflow.viz.animation import write_animation
-from attnflow.viz.viewer import pick, viewer_html, write_viewer
+from attnflow.viz.viewer import viewer_html, write_run_viewer, write_viewer
 
 BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -47,8 +54,8 @@ def _data(page: str) -> dict:
 
 
 @pytest.mark.parametrize(("count", "limit"), [(5, 10), (201, 101), (1000, 7), (2, 2)])
-def test_pick_spreads_indices_and_keeps_both_ends(count, limit):
-    chosen = pick(count, limit)
+def test_spread_indices_keep_both_ends(count, limit):
+    chosen = spread(count, limit)
     assert chosen[0] == 0 and chosen[-1] == count - 1
     assert len(chosen) == min(count, limit)
     assert np.all(np.diff(chosen) > 0)
@@ -118,18 +125,52 @@ def test_animation_refuses_an_unknown_format(tmp_path):
     assert not (tmp_path / "run.avi").exists()
 
 
-def test_animate_writes_viewer_and_movie_into_the_run_folder(tmp_path):
-    from attnflow.io.store import TrajectoryWriter
-    from attnflow.workflows.animate import animate
-
-    run = _stored(frames=5, n=16)
+def _run_folder(tmp_path, run):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
+    n = run.xs.shape[1]
     with TrajectoryWriter(
-        run_dir / "trajectory.zarr", n_snapshots_max=5, n=16, d=3, xi=run.xi, gauge=run.gauge
+        run_dir / "trajectory.zarr", n_snapshots_max=len(run.ts), n=n, d=3, xi=run.xi, gauge=run.gauge
     ) as writer:
         for t, x in zip(run.ts, run.xs, strict=True):
             writer.append(t, x)
+    return run_dir
+
+
+def test_a_store_read_on_a_token_subsample_keeps_their_labels_and_gauge(tmp_path):
+    run = _stored(frames=4, n=48)
+    run_dir = _run_folder(tmp_path, run)
+    kept = read_trajectory(run_dir / "trajectory.zarr", max_tokens=7)
+    rows = spread(48, 7)
+    assert rows.tolist() == [0, 8, 16, 24, 31, 39, 47]
+    np.testing.assert_array_equal(kept.xs, run.xs[:, rows])
+    few = read_trajectory(run_dir / "trajectory.zarr", max_tokens=7, snapshots=[1, 3])
+    np.testing.assert_array_equal(few.xs, run.xs[[1, 3]][:, rows])
+    np.testing.assert_array_equal(few.ts, run.ts[[1, 3]])
+    with pytest.raises(CorruptStoreError, match=r"store: snapshot 4 must be complete to be read"):
+        read_trajectory(run_dir / "trajectory.zarr", snapshots=[4])  # a store of four snapshots
+    np.testing.assert_array_equal(kept.xi, run.xi[rows])
+    np.testing.assert_array_equal(kept.gauge_frame(kept.xs), run.gauge_frame(run.xs)[:, rows])
+
+
+def test_the_run_viewer_says_how_many_tokens_of_the_run_it_shows(tmp_path, monkeypatch):
+    from attnflow.viz import viewer
+
+    monkeypatch.setattr(viewer, "MAX_TOKENS", 10)
+    run_dir = _run_folder(tmp_path, _stored(frames=4, n=48))
+    monkeypatch.setattr(viewer, "MAX_FRAMES", 3)
+    page = write_run_viewer(run_dir, n_snapshots=4).read_text()
+    assert "10 of 48 tokens, 3 of 4 snapshots" in page
+    assert _data(page)["times"] == [0.0, 1.0, 1.5]  # snapshots 0, 2, 3 of 4 (ends included)
+    positions = np.frombuffer(base64.b64decode(_data(page)["positions"]), dtype="<i2")
+    assert positions.size == 2 * 3 * 10 * 3  # two panels: only what is shown was read
+
+
+def test_animate_writes_viewer_and_movie_into_the_run_folder(tmp_path):
+    from attnflow.workflows.animate import animate
+
+    run = _stored(frames=5, n=16)
+    run_dir = _run_folder(tmp_path, run)
     written = animate(run_dir, max_frames=3)
     assert written == [run_dir / "viewer.html", run_dir / "movie.gif"]
     assert _data(written[0].read_text())["times"] == [0.0, 1.0, 2.0]

@@ -66,7 +66,7 @@ import shutil
 import uuid
 import warnings
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -383,19 +383,60 @@ class TrajectoryWriter:
         )
 
 
-def read_trajectory(path: str | os.PathLike[str]) -> StoredTrajectory:
-    """Read a store into memory, trimmed to its complete snapshots (a contiguous prefix)."""
+def read_trajectory(
+    path: str | os.PathLike[str], *, max_tokens: int | None = None, snapshots: Any = None
+) -> StoredTrajectory:
+    """Read a store into memory, trimmed to its complete snapshots (a contiguous prefix).
+
+    ``max_tokens``: keep at most that many tokens, :func:`spread` over the token order (their
+    labels and gauge with them; all when None). The snapshots are read block by block, so memory
+    follows the tokens kept, not the store's size. ``snapshots``: indices of complete snapshots
+    (the caller knows how many there are) to read, one by one, instead of every complete one."""
     group = _open_store(path)
-    blocks = list(_complete_blocks(group["t"], group["x"], recorded=group.attrs.get("n_snapshots")))
+    n = int(group["x"].shape[1])
+    rows = slice(None) if max_tokens is None or n <= max_tokens else spread(n, max_tokens)
+    if snapshots is None:
+        recorded = group.attrs.get("n_snapshots")
+        blocks = [(ts, xs[:, rows]) for ts, xs in _complete_blocks(group["t"], group["x"], recorded=recorded)]
+    else:
+        blocks = [_complete_snapshot(group, int(k), rows) for k in snapshots]
     ts = np.concatenate([ts for ts, _ in blocks])
     xs = np.concatenate([xs for _, xs in blocks])
-    xi = np.asarray(group["xi"][...])
+    xi = np.asarray(group["xi"][...])[rows]
     attrs = dict(group.attrs)
     status = _resolved_status(attrs, ts.shape[0])
     config = {key: value for key, value in attrs.items() if key not in _RESERVED_ATTRS}
-    return StoredTrajectory(
-        ts=ts, xs=xs, xi=xi, attrs=config, status=status, stored_gauge=_stored_gauge(group)
-    )
+    gauge = _stored_gauge(group)
+    if gauge is not None and not isinstance(rows, slice):
+        gauge = replace(
+            gauge,
+            matrices=None if gauge.matrices is None else gauge.matrices[rows],
+            rope_angles=None if gauge.rope_angles is None else gauge.rope_angles[rows],
+        )
+    return StoredTrajectory(ts=ts, xs=xs, xi=xi, attrs=config, status=status, stored_gauge=gauge)
+
+
+def _complete_snapshot(group: zarr.Group, k: int, rows) -> tuple[np.ndarray, np.ndarray]:
+    """Snapshot ``k`` as a block of one, ``(t (1,), x (1, kept, d))``; it must be complete."""
+    ts, torn = _read_rows(group["t"], k, k + 1)
+    xs, torn_x = _read_rows(group["x"], k, k + 1)
+    if ts.shape[0] != 1 or torn or torn_x or not (np.isfinite(ts).all() and np.isfinite(xs).all()):
+        raise CorruptStoreError(
+            f"store: snapshot {k} must be complete to be read; got a missing or torn one."
+        )
+    return ts, xs[:, rows]
+
+
+def spread(count: int, limit: int) -> np.ndarray:
+    """At most ``limit`` indices of ``range(count)``, evenly spread, first and last included."""
+    if count <= limit:
+        return np.arange(count)
+    return np.unique(np.round(np.linspace(0, count - 1, limit)).astype(np.int64))
+
+
+def token_count(path: str | os.PathLike[str]) -> int:
+    """The number of tokens a store holds (its ``x`` is ``(T, n, d)``), read from its metadata."""
+    return int(_open_store(path)["x"].shape[1])
 
 
 def read_gauge(path: str | os.PathLike[str]) -> StoredGauge | None:

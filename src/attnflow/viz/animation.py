@@ -14,16 +14,12 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from attnflow.analysis.distances import label_phase
-from attnflow.viz.viewer import pick
+from attnflow.io.store import spread
+from attnflow.viz.viewer import first_three
 
 __all__ = ["FORMATS", "check_format", "write_animation"]
 
 FORMATS = (".gif", ".mp4")
-
-
-def _three(x: np.ndarray) -> np.ndarray:
-    x = x[..., :3]
-    return np.concatenate([x, np.zeros((*x.shape[:-1], 3 - x.shape[-1]))], axis=-1) if x.shape[-1] < 3 else x
 
 
 def check_format(path: str | Path) -> Path:
@@ -49,12 +45,12 @@ def write_animation(
 ) -> Path:
     """Write the animation of a ``StoredTrajectory`` at ``path`` (``.gif`` or ``.mp4``)."""
     path = check_format(path)
-    frames, tokens = pick(len(stored.ts), max_frames), pick(stored.xs.shape[1], max_tokens)
+    frames, tokens = spread(len(stored.ts), max_frames), spread(stored.xs.shape[1], max_tokens)
     x = np.asarray(stored.xs[frames][:, tokens], dtype=np.float64)
-    panels = [("content x", _three(x))]
+    panels = [("content x", first_three(x))]
     if stored.stored_gauge is not None:
         u = stored.gauge_frame(x, tokens)
-        panels.append(("gauge frame u = Q(ξ) x", _three(u)))
+        panels.append(("gauge frame u = Q(ξ) x", first_three(u)))
     phase = label_phase(np.asarray(stored.xi).reshape(len(stored.xi), -1)[:, 0])[tokens]
     fig = Figure(figsize=(4.2 * len(panels) + 0.8, 4.4), layout="constrained")
     FigureCanvasAgg(fig)

@@ -19,22 +19,17 @@ from pathlib import Path
 import numpy as np
 
 from attnflow.analysis.distances import label_phase
+from attnflow.io import store
 from attnflow.io.atomic import write_text
+from attnflow.io.store import spread
 
-__all__ = ["pick", "viewer_html", "write_viewer"]
+__all__ = ["first_three", "read_run", "viewer_html", "write_run_viewer", "write_viewer"]
 
 MAX_TOKENS = 1000
 MAX_FRAMES = 101
 
 
-def pick(count: int, limit: int) -> np.ndarray:
-    """At most ``limit`` indices of ``range(count)``, evenly spread, first and last included."""
-    if count <= limit:
-        return np.arange(count)
-    return np.unique(np.round(np.linspace(0, count - 1, limit)).astype(np.int64))
-
-
-def _three(xs: np.ndarray) -> np.ndarray:
+def first_three(xs: np.ndarray) -> np.ndarray:
     """``(..., d)`` -> ``(..., 3)``: the first three coordinates, zero-padded for ``d = 2``."""
     xs = xs[..., :3]
     if xs.shape[-1] < 3:
@@ -51,24 +46,29 @@ def viewer_html(
     title: str,
     max_tokens: int = MAX_TOKENS,
     max_frames: int = MAX_FRAMES,
+    n_tokens: int | None = None,
+    n_snapshots: int | None = None,
 ) -> str:
     """The page for snapshots ``xs (T, n, d)`` at times ``ts`` with labels ``xi`` and the gauge frame
     ``gauge_frame(x, tokens)`` (``u_i = Q(xi_i) x_i`` of the positions ``x (T', k, d)`` of the tokens
-    ``tokens``: ``StoredTrajectory.gauge_frame``), or None without a gauge."""
-    frames, tokens = pick(len(ts), max_frames), pick(xs.shape[1], max_tokens)
+    ``tokens``: ``StoredTrajectory.gauge_frame``), or None without a gauge. ``n_tokens``,
+    ``n_snapshots``: the run's counts when ``xs`` holds a subsample (the legend says how many are
+    shown of how many)."""
+    frames, tokens = spread(len(ts), max_frames), spread(xs.shape[1], max_tokens)
     x = np.asarray(xs[frames][:, tokens], dtype=np.float64)
     panels, stacks = ["content x"], [x]
     if gauge_frame is not None:
         panels.append("gauge frame u = Q(ξ) x")
         stacks.append(gauge_frame(x, tokens))
-    scaled = np.round(np.clip(_three(np.stack(stacks)), -1.0, 1.0) * 32767).astype("<i2")
+    scaled = np.round(np.clip(first_three(np.stack(stacks)), -1.0, 1.0) * 32767).astype("<i2")
     data = {
         "panels": panels,
         "times": [round(float(t), 10) for t in np.asarray(ts)[frames]],
         "phase": [round(float(p), 4) for p in label_phase(np.asarray(xi).reshape(len(xi), -1)[:, 0])[tokens]],
         "positions": base64.b64encode(scaled.tobytes()).decode("ascii"),
     }
-    shown = f"{len(tokens)} of {xs.shape[1]} tokens, {len(frames)} of {len(ts)} snapshots"
+    tokens_shown = f"{len(tokens)} of {n_tokens or xs.shape[1]} tokens"
+    shown = f"{tokens_shown}, {len(frames)} of {n_snapshots or len(ts)} snapshots"
     legend = (
         f"{html.escape(shown)}; colour: the label's phase (position i/n or prompt k/K) on a colour wheel."
         + (" d &gt; 3: the first three coordinates." if xs.shape[-1] > 3 else "")
@@ -81,9 +81,37 @@ def viewer_html(
     )
 
 
-def write_viewer(stored, path: str | Path, *, title: str, **limits) -> Path:
-    """Write the viewer of a ``StoredTrajectory`` (``attnflow.io.store.read_trajectory``) at ``path``."""
+def write_viewer(stored, path: str | Path, *, title: str, n_tokens: int | None = None, **limits) -> Path:
+    """Write the viewer of a ``StoredTrajectory`` (``attnflow.io.store.read_trajectory``) at ``path``;
+    ``n_tokens``: the run's token count when ``stored`` holds a subsample of them."""
     frame = stored.gauge_frame if stored.stored_gauge is not None else None
-    page = viewer_html(stored.ts, stored.xs, stored.xi, frame, title=title, **limits)
+    page = viewer_html(stored.ts, stored.xs, stored.xi, frame, title=title, n_tokens=n_tokens, **limits)
     write_text(Path(path), page)
     return Path(path)
+
+
+def write_run_viewer(run_dir: str | Path, *, n_snapshots: int) -> Path:
+    """Write ``viewer.html`` of the run in ``run_dir`` (what ``attnflow run`` leaves beside its
+    figures) from its store, of which it reads only what it shows: ``MAX_FRAMES`` of its
+    ``n_snapshots`` complete snapshots, ``MAX_TOKENS`` of its tokens."""
+    run_dir = Path(run_dir)
+    path = run_dir / "trajectory.zarr"
+    frames = spread(n_snapshots, MAX_FRAMES)
+    stored = store.read_trajectory(path, max_tokens=MAX_TOKENS, snapshots=frames)
+    page = viewer_html(
+        stored.ts,
+        stored.xs,
+        stored.xi,
+        stored.gauge_frame if stored.stored_gauge is not None else None,
+        title=run_dir.name,
+        n_tokens=store.token_count(path),
+        n_snapshots=n_snapshots,
+    )
+    return write_text(run_dir / "viewer.html", page)
+
+
+def read_run(run_dir: Path, max_tokens: int):
+    """The stored trajectory of the run in ``run_dir``, at most ``max_tokens`` of its tokens, and
+    its token count."""
+    path = Path(run_dir) / "trajectory.zarr"
+    return store.read_trajectory(path, max_tokens=max_tokens), store.token_count(path)

@@ -10,10 +10,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from attnflow.io import store
 from attnflow.io.config import ConfigError
 from attnflow.viz.animation import check_format, write_animation
-from attnflow.viz.viewer import write_viewer
+from attnflow.viz.viewer import read_run, write_viewer
 
 __all__ = ["animate"]
 
@@ -42,12 +41,10 @@ def animate(
             f"animate: `--fps`, `--max-tokens` must be >= 1 and `--max-frames` >= 2; "
             f"got {fps!r}, {max_tokens!r}, {max_frames!r}."
         )
-    stored = store.read_trajectory(run_dir / "trajectory.zarr")
+    stored, n_tokens = read_run(run_dir, max_tokens)
     title = f"{run_dir.name} ({stored.status})"
     written = [
-        write_viewer(
-            stored, run_dir / "viewer.html", title=title, max_tokens=max_tokens, max_frames=max_frames
-        )
+        write_viewer(stored, run_dir / "viewer.html", title=title, n_tokens=n_tokens, max_frames=max_frames)
     ]
     if not viewer_only:
         written.append(

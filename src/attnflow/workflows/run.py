@@ -38,6 +38,7 @@ from attnflow.numerics.solve import SolveStatistics, snapshot_count, solve_strea
 from attnflow.numerics.steps import ConstantSteps
 from attnflow.viz import plotting
 from attnflow.viz.law import write_law_figure
+from attnflow.viz.viewer import write_run_viewer
 from attnflow.workflows.build import build
 
 Progress = Callable[[int, int], None]  # (snapshots stored, snapshots in all); the first call comes
@@ -68,7 +69,16 @@ class RunInterrupted(KeyboardInterrupt):
 
 
 MARKER = ".attnflow-run"  # created exclusively by the run that owns the folder; locked while it writes
-_OWN_ENTRIES = (MARKER, "config.json", "metrics.json", "trajectory.zarr", "figures")
+_OWN_ENTRIES = (
+    MARKER,
+    "config.json",
+    "metrics.json",
+    "trajectory.zarr",
+    "figures",
+    "viewer.html",
+    "movie.gif",
+    "movie.mp4",
+)
 
 
 def _is_own(name: str) -> bool:
@@ -490,6 +500,7 @@ def _finish(
             us = np.asarray(_gauge_frames(gauge, xs))
             looks = figure_looks(out_dir.name, config.aux.kind, config.init.seed, summary.get("energy_max"))
             write_figures(out_dir, summary["series"]["t"], xs, us, sim.xi, summary["series"], looks=looks)
+            write_run_viewer(out_dir, n_snapshots=writer.n_snapshots)  # flushed: the store reads them back
     except BaseException as failure:
         info.update(status="error", error=f"{type(failure).__name__}: {failure}")
         _record(out_dir, writer, {**summary, "run": info})
@@ -525,6 +536,7 @@ def replot(run_dir: str | os.PathLike) -> list[Path]:
     metrics_path = run_dir / "metrics.json"
     series = json.loads(metrics_path.read_text()).get("series", {}) if metrics_path.exists() else {}
     times = series.get("t") or ts
-    return _write_figures(
+    figures = _write_figures(
         run_dir, ts=times, series=series, first=state(0), last=state(-1), xi=ds["xi"].values
     )
+    return [*figures, write_run_viewer(run_dir, n_snapshots=len(ts))]
