@@ -199,7 +199,11 @@ def _realize(job: Job, tick: Tick) -> JobResult:
         construction = realisation.sphere_construction(
             targets, v0=v0, beta=beta, seed=seeds, **sphere_options
         )
-    # every seed in one call of one compiled program, bitwise the seeds run alone (realize_batch)
+    # every seed in one call of one compiled program, bitwise the seeds run alone (realize_batch);
+    # the gauge as its matrices: E7 (RoPE) and E8 (Householder) share the program of a size
+    gauge = DenseGauge(q=construction.kernel.gauge.matrices())
+    tabulated = dataclasses.replace(construction.kernel, gauge=gauge)
+    construction = dataclasses.replace(construction, kernel=tabulated)
     results = realize.realize_batch(construction, workers=1, **common)
     for i, (seed, result) in enumerate(zip(job.seeds, results, strict=True)):
         if job.experiment.kind == "realize_orbit":
