@@ -434,3 +434,36 @@ def test_snapshot_summary_can_skip_the_pairwise_keys():
     assert (cheap["n_clusters"], cheap["n_eff"], cheap["min_cosine"]) == (None, None, None)
     others = {k: v for k, v in full.items() if k not in ("n_clusters", "n_eff", "min_cosine")}
     assert {k: cheap[k] for k in others} == others  # the O(n) keys are unchanged
+
+
+def test_numpy_input_is_computed_in_numpy_with_the_jax_formulas():
+    rng = np.random.default_rng(21)
+    x = rng.normal(size=(40, 3))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    q = np.stack([haar_orthogonal(rng, 3) for _ in range(40)])
+    groups = np.arange(40) % 3
+    for name, call in {
+        "mean_cosine": lambda y: metrics.mean_cosine(y),
+        "resultant_deficit": lambda y: metrics.resultant_deficit(y),
+        "marginal_spread": lambda y: metrics.marginal_spread(y),
+        "orbit_base_point": lambda y: metrics.orbit_base_point(y, q),
+        "orbit_residual": lambda y: metrics.orbit_residual(y, q),
+        "azimuth_uniformity": lambda y: metrics.azimuth_uniformity(y, axis=(1.0, 2.0, 0.5)),
+        "planarity": lambda y: metrics.planarity(y),
+    }.items():
+        in_numpy, in_jax = call(x), call(jnp.asarray(x))
+        assert not isinstance(in_numpy, jax.Array), name  # nothing compiled for a NumPy snapshot
+        assert isinstance(in_jax, jax.Array), name
+        # the same formula in two libraries: round-off only
+        np.testing.assert_allclose(in_numpy, in_jax, rtol=1e-12, atol=1e-14, err_msg=name)
+    summary = metrics.snapshot_summary(x, q=q, groups=groups)
+    jax_values = {
+        "min_cosine": metrics.min_cosine(jnp.asarray(x)),
+        "gauge_mean_cosine": metrics.mean_cosine(jnp.einsum("nij,nj->ni", q, x)),
+        "orbit_residual": metrics.orbit_residual(jnp.asarray(x), q),
+        "conditional_spread": metrics.conditional_spread(jnp.asarray(x), groups),
+        "azimuth_uniformity": metrics.azimuth_uniformity(jnp.asarray(x)),
+        "planarity": metrics.planarity(jnp.asarray(x)),
+    }
+    for key, value in jax_values.items():
+        assert summary[key] == pytest.approx(float(value), rel=1e-12, abs=1e-14), key

@@ -80,3 +80,23 @@ def test_persistent_cache_folder_is_private_and_overridable(tmp_path, monkeypatc
     finally:
         jax.config.update("jax_compilation_cache_dir", before[0])
         jax.config.update("jax_persistent_cache_min_compile_time_secs", before[1])
+
+
+def test_tolerances_are_arguments():
+    n = 12
+    opts = dict(dt=0.05, t_end=2.0, save_every=0.5)
+    x0 = uniform(n, 3, seed=3)
+    program_cache.clear()
+    loose = solve(_field(n, 2.0), x0, integrator=integrators.Adaptive(rtol=1e-4, atol=1e-6), **opts)
+    tight = solve(_field(n, 2.0), x0, integrator=integrators.Adaptive(rtol=1e-9, atol=1e-11), **opts)
+    assert program_cache.info()["misses"] == 1  # one program for both tolerances
+    # and for other snapshot times (adaptive steps step to the times they are given)
+    solve(_field(n, 2.0), x0, integrator=integrators.Adaptive(), dt=0.05, t_end=1.0, save_every=0.25)
+    assert program_cache.info()["misses"] == 1
+    # the reused program runs at its call's tolerances: many more steps at the tight ones, and the
+    # same steps as a program compiled for them alone
+    assert int(tight.accepted) > 2 * int(loose.accepted)
+    program_cache.clear()
+    fresh = solve(_field(n, 2.0), x0, integrator=integrators.Adaptive(rtol=1e-9, atol=1e-11), **opts)
+    assert int(fresh.evaluations) == int(tight.evaluations)
+    np.testing.assert_array_equal(fresh.xs, tight.xs)

@@ -48,12 +48,22 @@ def test_seeds_one_by_one_are_bitwise_the_batch():
 def test_jobs_of_one_structure_share_a_key_and_others_do_not():
     jobs = {job.label: job for job in plan(load_experiments(), quick=True)}
     key = {label: structure_key(job) for label, job in jobs.items()}
-    assert key["E0"] == key["E6 USA"]  # beta and seed counts are not structure
-    assert key["E1 (a) full_period"] == key["E1 (b) theta = 1 rad"] == key["E6 RoPE"]
-    assert key["E2"] == key["E3"]  # both a matrix per token
-    assert key["E4 m = 1"] == key["E5"]  # both a tabulated factor; t_end is not structure
+    # every gauge solved as its matrices, every factor as a matrix: beta, rtol, seed counts, the
+    # gauge and the factor's values are not structure
+    shared = [
+        "E0",
+        "E6 USA",
+        "E1 (a) full_period",
+        "E1 (b) theta = 1 rad",
+        "E6 RoPE",
+        "E2",
+        "E3",
+        "E4 m = 1",
+        "E5",
+    ]
+    assert len({key[label] for label in shared}) == 1
     assert key["E9"] != key["E1 (a) full_period"]  # value = logits_only is another program
-    assert key["E0"] != key["E1 (a) full_period"] != key["E7"]
+    assert key["E0"] != key["E7"]
     bigger = [job for job in plan(load_experiments(["E0"]), sizes=[16])]
     assert structure_key(bigger[0]) != key["E0"]  # n is structure
 
@@ -104,3 +114,27 @@ def test_jobs_in_worker_processes_come_back_in_order_with_the_same_values():
         assert b.status == "ok"
         # the same programs on one thread or several: equal to round-off of the energy's sums
         np.testing.assert_allclose(b.values[0]["final"]["energy"], a.values[0]["final"]["energy"], rtol=1e-12)
+
+
+def test_gauges_and_factors_solved_as_matrices_share_one_program_with_the_same_values():
+    from attnflow.numerics import program_cache
+
+    jobs = plan(load_experiments(["E0", "E1", "E2", "E4", "E5"]), sizes=[8], n_seeds=1)
+    jobs = [job for job in jobs if job.label != "E4 m = 5"]  # E4's m = 1 is enough
+    program_cache.clear()
+    runs = []
+    for job in jobs:
+        config = job.simulation_config()
+        sim, x0 = _seeds(config, job.seeds)
+        tabulated = reproduce._tabulated_kernel(sim, config)
+        assert type(tabulated.kernel.gauge).__name__ == "DenseGauge"
+        assert type(tabulated.kernel.factor).__name__ == "MatrixFactor"
+        runs.append((sim, x0, reproduce._solve_seeds(tabulated, x0, lambda units: None)))
+    # identity, RoPE, dense gauges; no factor, a bias, a sign-changing cosine: one program
+    assert program_cache.info()["misses"] == 1
+    for sim, x0, solved in runs:
+        own = solve(sim.field, x0[0], integrator=sim.integrator, dt=sim.dt, t_end=sim.t_end,
+                    save_every=sim.save_every, key=sim.key, workers=1)  # fmt: skip
+        # Q = I and w = 1 multiply exactly, the others are the same numbers tabulated: the runs
+        # differ by round-off, amplified by the adaptive steps (the files' rtol, 1e-6)
+        np.testing.assert_allclose(solved["xs"][:, 0], own.xs, atol=1e-6)

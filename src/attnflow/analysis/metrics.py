@@ -13,7 +13,10 @@ Two kinds of functions live here:
   :func:`mean_cosine`, :func:`resultant_deficit`, :func:`marginal_spread`, :func:`min_cosine`,
   :func:`orbit_base_point`, :func:`orbit_residual`, :func:`conditional_spread` (with
   ``num_groups`` given), :func:`azimuth_uniformity`, :func:`planarity`,
-  :func:`max_pointwise_distance`.
+  :func:`max_pointwise_distance`. Given a NumPy array (``np.ndarray``), :func:`mean_cosine`,
+  :func:`resultant_deficit`, :func:`marginal_spread`, :func:`orbit_base_point`,
+  :func:`orbit_residual`, :func:`azimuth_uniformity` and :func:`planarity` compute the same
+  formulas in NumPy and return NumPy values: an eager call on one snapshot compiles nothing.
 - **NumPy/SciPy edges** (not jittable, they run on concrete arrays and return plain Python
   values): :func:`cluster_labels`, :func:`n_clusters`, :func:`n_eff` (connected components of a
   threshold graph), :func:`collapse_time`, :func:`is_monotone`, :func:`max_decrease`,
@@ -36,10 +39,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from scipy.optimize import linear_sum_assignment
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
-from scipy.spatial.distance import cdist
 
 __all__ = [
     "azimuth_uniformity",
@@ -85,6 +84,14 @@ def _points(x: Any, where: str, name: str = "x") -> jax.Array:
     return x
 
 
+def _points_xp(x: Any, where: str, name: str = "x") -> tuple[Any, Any]:
+    """``(x, xp)``: a NumPy array stays NumPy (``xp = np``: computed there, nothing compiled), anything
+    else (a JAX array, a tracer, a list) becomes a JAX array (``xp = jnp``)."""
+    if isinstance(x, np.ndarray):
+        return _points_np(x, where, name), np
+    return _points(x, where, name), jnp
+
+
 def _points_np(x: Any, where: str, name: str = "x") -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
     if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] < 1:
@@ -102,15 +109,15 @@ def _check_theta_c(theta_c: float, where: str) -> float:
     return theta_c
 
 
-def _gauge_frame(x: jax.Array, q: Any, where: str) -> jax.Array:
+def _gauge_frame(x: jax.Array, q: Any, where: str, xp: Any = jnp) -> jax.Array:
     """``u_i = Q(ξ_i) x_i``."""
-    q = jnp.asarray(q)
+    q = xp.asarray(q, dtype=x.dtype)
     n, d = x.shape
     if q.shape != (n, d, d):
         raise ValueError(
             f"{where}: `q` must have shape (n, d, d) = {(n, d, d)!r} to match `x`; got {tuple(q.shape)!r}."
         )
-    return jnp.einsum("nij,nj->ni", q, x, precision=_HIGHEST)
+    return xp.einsum("nij,nj->ni", q, x, **_precision(xp))
 
 
 # --------------------------------------------------------------------------- collapse of the law
@@ -122,25 +129,30 @@ def mean_cosine(x: Any) -> jax.Array:
     Exact for unit rows: ``Σ_{i≠j} ⟨x_i,x_j⟩ = n²|m|² − n``. Equals 1 exactly on a Dirac; a single
     token (``n = 1``) is a Dirac and gives 1.
     """
-    x = _points(x, "mean_cosine")
+    return _mean_cosine(*_points_xp(x, "mean_cosine"))
+
+
+def _mean_cosine(x, xp):
     n = x.shape[0]
     if n == 1:
-        return jnp.ones((), dtype=x.dtype)
-    m = jnp.mean(x, axis=0)
-    return (n * jnp.sum(m * m) - 1.0) / (n - 1)
+        return xp.ones((), dtype=x.dtype)
+    m = xp.mean(x, axis=0)
+    return (n * xp.sum(m * m) - 1.0) / (n - 1)
+
+
+def _resultant_deficit(x, xp):
+    return 1.0 - xp.linalg.norm(xp.mean(x, axis=0))
 
 
 def resultant_deficit(x: Any) -> jax.Array:
     """``1 − |m|``, ``m = (1/n) Σ_i x_i``: 0 on a Dirac, 1 when the mean vanishes."""
-    x = _points(x, "resultant_deficit")
-    return 1.0 - jnp.linalg.norm(jnp.mean(x, axis=0))
+    return _resultant_deficit(*_points_xp(x, "resultant_deficit"))
 
 
 def marginal_spread(x: Any) -> jax.Array:
     """``1 − |m|`` of the content marginal (kept as its own key beside
     :func:`conditional_spread`; the value equals :func:`resultant_deficit`)."""
-    x = _points(x, "marginal_spread")
-    return 1.0 - jnp.linalg.norm(jnp.mean(x, axis=0))
+    return _resultant_deficit(*_points_xp(x, "marginal_spread"))
 
 
 def min_cosine(x: Any, *, block_size: int = 2048) -> jax.Array:
@@ -178,6 +190,9 @@ def cluster_labels(x: Any, *, theta_c: float = 0.1, block_size: int | None = Non
     is formed ``block_size`` rows at a time (default: ``2²² // n`` rows) and the edges of each block
     merge the current classes (``scipy.sparse.csgraph.connected_components``).
     """
+    from scipy.sparse import coo_matrix  # SciPy is imported where it is used (`import attnflow` stays light)
+    from scipy.sparse.csgraph import connected_components
+
     x = _points_np(x, "cluster_labels")
     theta_c = _check_theta_c(theta_c, "cluster_labels")
     n = x.shape[0]
@@ -215,6 +230,9 @@ def cluster_counts(xs: Any, *, theta_c: float = 0.1) -> np.ndarray:
     The graphs of all snapshots form one block-diagonal graph whose components are counted by one
     ``connected_components`` call (snapshots in chunks of about ``2²²`` Gram entries), instead of
     one call per snapshot."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
     xs = np.asarray(xs, dtype=float)
     if xs.ndim != 3 or xs.shape[0] < 1:
         raise ValueError(f"cluster_counts: `xs` must be a (T, n, d) array of states; got shape {xs.shape!r}.")
@@ -251,9 +269,24 @@ def orbit_base_point(x: Any, q: Any) -> jax.Array:
 
     Undefined (NaN) when the gauge-frame mean vanishes.
     """
-    x = _points(x, "orbit_base_point")
-    m = jnp.mean(_gauge_frame(x, q, "orbit_base_point"), axis=0)
-    return m / jnp.linalg.norm(m)
+    x, xp = _points_xp(x, "orbit_base_point")
+    return _orbit_base_point(_gauge_frame(x, q, "orbit_base_point", xp), xp)
+
+
+def _orbit_base_point(u, xp):
+    """The normalised mean of the gauge frame ``u``."""
+    m = xp.mean(u, axis=0)
+    return m / xp.linalg.norm(m)
+
+
+def _orbit_residual(x, q, u, xp):
+    u_star = _orbit_base_point(u, xp)
+    target = xp.einsum("nji,j->ni", q, u_star, **_precision(xp))
+    return xp.max(xp.linalg.norm(x - target, axis=1))
+
+
+def _precision(xp) -> dict:
+    return {"precision": _HIGHEST} if xp is jnp else {}
 
 
 def orbit_residual(x: Any, q: Any) -> jax.Array:
@@ -262,10 +295,8 @@ def orbit_residual(x: Any, q: Any) -> jax.Array:
     0 exactly on a maximiser ``Γ[ξ ↦ Q(ξ)ᵀ v]``. With ``q`` the identity this is the
     distance to the Dirac at the normalised mean.
     """
-    x = _points(x, "orbit_residual")
-    u_star = orbit_base_point(x, q)
-    target = jnp.einsum("nji,j->ni", jnp.asarray(q), u_star, precision=_HIGHEST)
-    return jnp.max(jnp.linalg.norm(x - target, axis=1))
+    x, xp = _points_xp(x, "orbit_residual")
+    return _orbit_residual(x, xp.asarray(q, dtype=x.dtype), _gauge_frame(x, q, "orbit_residual", xp), xp)
 
 
 def conditional_spread(x: Any, groups: Any, *, num_groups: int | None = None) -> jax.Array:
@@ -286,23 +317,37 @@ def conditional_spread(x: Any, groups: Any, *, num_groups: int | None = None) ->
             f"got shape {tuple(jnp.shape(groups))!r}."
         )
     if num_groups is None:
-        labels = np.asarray(groups)
-        if not np.issubdtype(labels.dtype, np.integer):
-            raise ValueError(
-                f"conditional_spread: `groups` must hold integer labels; got dtype {labels.dtype}."
-            )
-        _, ids = np.unique(labels, return_inverse=True)
-        ids, num_groups = jnp.asarray(ids.reshape(-1)), int(ids.max()) + 1
+        ids, num_groups = _group_ids(groups)
+        ids = jnp.asarray(ids)
     else:
         if int(num_groups) < 1:
             raise ValueError(
                 f"conditional_spread: `num_groups` must be a positive int or None; got {num_groups!r}."
             )
         ids, num_groups = jnp.asarray(groups), int(num_groups)
-    sums = jax.ops.segment_sum(x, ids, num_segments=num_groups)
-    counts = jax.ops.segment_sum(jnp.ones(n, dtype=x.dtype), ids, num_segments=num_groups)
+    return _conditional_spread(x, ids, num_groups, jnp)
+
+
+def _group_ids(groups: Any) -> tuple[np.ndarray, int]:
+    """Concrete integer labels mapped to ``0..K−1``, and ``K``."""
+    labels = np.asarray(groups)
+    if not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(f"conditional_spread: `groups` must hold integer labels; got dtype {labels.dtype}.")
+    _, ids = np.unique(labels, return_inverse=True)
+    return ids.reshape(-1), int(ids.max()) + 1
+
+
+def _conditional_spread(x, ids, num_groups: int, xp):
+    n = x.shape[0]
+    if xp is jnp:
+        sums = jax.ops.segment_sum(x, ids, num_segments=num_groups)
+        counts = jax.ops.segment_sum(jnp.ones(n, dtype=x.dtype), ids, num_segments=num_groups)
+    else:
+        sums = np.zeros((num_groups, x.shape[1]), x.dtype)
+        np.add.at(sums, ids, x)
+        counts = np.bincount(ids, minlength=num_groups).astype(x.dtype)
     # (n_k/n)(1 − |S_k|/n_k) = (n_k − |S_k|)/n, which is 0 for an empty group.
-    return jnp.sum(counts - jnp.linalg.norm(sums, axis=1)) / n
+    return xp.sum(counts - xp.linalg.norm(sums, axis=1)) / n
 
 
 # --------------------------------------------------------------------------- shape of the law
@@ -331,21 +376,25 @@ def azimuth_uniformity(x: Any, *, axis: Any = (0.0, 0.0, 1.0)) -> jax.Array:
     (the value does not depend on the choice of ``e1``). A point on the axis has no azimuth; it
     is given ``φ = 0`` (the ``atan2(0, 0)`` convention). ``axis`` is a static parameter (NumPy).
     """
-    x = _points(x, "azimuth_uniformity")
+    x, xp = _points_xp(x, "azimuth_uniformity")
     if x.shape[1] != 3:
         raise ValueError(
             f"azimuth_uniformity: `x` must be points of S^2 (d = 3) for an azimuth about an axis; "
             f"got d = {x.shape[1]}."
         )
+    return _azimuth_uniformity(x, axis, xp)
+
+
+def _azimuth_uniformity(x, axis, xp):
     e1, e2 = _azimuth_frame(axis)
-    c = jnp.matmul(x, jnp.asarray(e1, dtype=x.dtype), precision=_HIGHEST)
-    s = jnp.matmul(x, jnp.asarray(e2, dtype=x.dtype), precision=_HIGHEST)
-    r = jnp.hypot(c, s)
+    c = xp.matmul(x, xp.asarray(e1, dtype=x.dtype), **_precision(xp))
+    s = xp.matmul(x, xp.asarray(e2, dtype=x.dtype), **_precision(xp))
+    r = xp.hypot(c, s)
     on_axis = r == 0
-    r_safe = jnp.where(on_axis, 1.0, r)
-    cos_phi = jnp.where(on_axis, 1.0, c / r_safe)
-    sin_phi = jnp.where(on_axis, 0.0, s / r_safe)
-    return jnp.hypot(jnp.mean(cos_phi), jnp.mean(sin_phi))
+    r_safe = xp.where(on_axis, 1.0, r)
+    cos_phi = xp.where(on_axis, 1.0, c / r_safe)
+    sin_phi = xp.where(on_axis, 0.0, s / r_safe)
+    return xp.hypot(xp.mean(cos_phi), xp.mean(sin_phi))
 
 
 def planarity(x: Any) -> jax.Array:
@@ -357,9 +406,12 @@ def planarity(x: Any) -> jax.Array:
     hyperplane through the origin (codimension 1), so 0 means "in a hyperplane", not "on a great
     circle". For a latitude circle at height ``v3`` with ``v3² < (1 − v3²)/2`` it equals ``|v3|``.
     """
-    x = _points(x, "planarity")
-    _, vecs = jnp.linalg.eigh(jnp.matmul(x.T, x, precision=_HIGHEST))
-    return jnp.max(jnp.abs(jnp.matmul(x, vecs[:, 0], precision=_HIGHEST)))
+    return _planarity(*_points_xp(x, "planarity"))
+
+
+def _planarity(x, xp):
+    _, vecs = xp.linalg.eigh(xp.matmul(x.T, x, **_precision(xp)))
+    return xp.max(xp.abs(xp.matmul(x, vecs[:, 0], **_precision(xp))))
 
 
 # --------------------------------------------------------------------------- time series (NumPy edge)
@@ -470,6 +522,8 @@ def circular_ks(angles: Any, target_cdf: Callable[[np.ndarray], Any]) -> float:
 def _geodesic_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Pairwise angles ``2 atan2(|a_i − b_j|, |a_i + b_j|)``: accurate near 0 and near π, unlike
     ``arccos⟨a_i, b_j⟩``."""
+    from scipy.spatial.distance import cdist
+
     return 2.0 * np.arctan2(cdist(a, b), cdist(a, -b))
 
 
@@ -487,6 +541,8 @@ def wasserstein_sphere(a: Any, b: Any) -> float:
             f"wasserstein_sphere: `b` must have the shape of `a` {a.shape!r} (equal-size clouds "
             f"in the same dimension); got {b.shape!r}."
         )
+    from scipy.optimize import linear_sum_assignment
+
     cost = _geodesic_matrix(a, b)
     rows, cols = linear_sum_assignment(cost)
     return float(np.mean(cost[rows, cols]))
@@ -534,31 +590,45 @@ def snapshot_summary(
     - ``conditional_spread`` is ``None`` without ``groups``.
     - ``azimuth_uniformity`` is ``None`` unless d = 3.
     - Any non-finite value (e.g. ``orbit_residual`` when the gauge-frame mean vanishes) is ``None``.
+    - Computed in NumPy (the same formulas as the JAX maps, :func:`mean_cosine` and the others):
+      one snapshot is too little work to pay for compiling a program per shape.
     - ``pairwise=False`` skips the ``O(n²)`` keys (``min_cosine``, ``n_clusters``, ``n_eff``: ``None``).
     """
-    x = _points(x, "snapshot_summary")
+    x = _points_np(x, "snapshot_summary")
     n, d = x.shape
-    q = jnp.broadcast_to(jnp.eye(d, dtype=x.dtype), (n, d, d)) if q is None else q
-    u = _gauge_frame(x, q, "snapshot_summary")
+    q = np.broadcast_to(np.eye(d, dtype=x.dtype), (n, d, d)) if q is None else np.asarray(q, dtype=x.dtype)
+    u = _gauge_frame(x, q, "snapshot_summary", np)
     if pairwise:
         labels = cluster_labels(x, theta_c=theta_c)
         p = np.bincount(labels) / n
         pairs = {
-            "min_cosine": _json_float(min_cosine(x)),
+            "min_cosine": _json_float(_min_cosine_np(x)),
             "n_clusters": int(labels.max()) + 1,
             "n_eff": _json_float(1.0 / np.sum(p * p)),
         }
     else:
         pairs = {"min_cosine": None, "n_clusters": None, "n_eff": None}
+    with np.errstate(invalid="ignore", divide="ignore"):  # a vanishing gauge-frame mean: None
+        orbit = _orbit_residual(x, q, u, np)
     return {
-        "mean_cosine": _json_float(mean_cosine(x)),
-        "resultant_deficit": _json_float(resultant_deficit(x)),
+        "mean_cosine": _json_float(_mean_cosine(x, np)),
+        "resultant_deficit": _json_float(_resultant_deficit(x, np)),
         **pairs,
-        "gauge_mean_cosine": _json_float(mean_cosine(u)),
-        "gauge_resultant_deficit": _json_float(resultant_deficit(u)),
-        "orbit_residual": _json_float(orbit_residual(x, q)),
-        "conditional_spread": (None if groups is None else _json_float(conditional_spread(x, groups))),
-        "marginal_spread": _json_float(marginal_spread(x)),
-        "azimuth_uniformity": _json_float(azimuth_uniformity(x, axis=axis)) if d == 3 else None,
-        "planarity": _json_float(planarity(x)),
+        "gauge_mean_cosine": _json_float(_mean_cosine(u, np)),
+        "gauge_resultant_deficit": _json_float(_resultant_deficit(u, np)),
+        "orbit_residual": _json_float(orbit),
+        "conditional_spread": None if groups is None else _json_float(_spread(x, groups)),
+        "marginal_spread": _json_float(_resultant_deficit(x, np)),
+        "azimuth_uniformity": _json_float(_azimuth_uniformity(x, axis, np)) if d == 3 else None,
+        "planarity": _json_float(_planarity(x, np)),
     }
+
+
+def _spread(x: np.ndarray, groups: Any) -> float:
+    return _conditional_spread(x, *_group_ids(groups), np)
+
+
+def _min_cosine_np(x: np.ndarray) -> float:
+    """:func:`min_cosine` in NumPy, ``_MAX_BLOCK_ENTRIES`` Gram entries at a time."""
+    rows = max(1, _MAX_BLOCK_ENTRIES // x.shape[0])
+    return min(float(np.min(x[i : i + rows] @ x.T)) for i in range(0, x.shape[0], rows))

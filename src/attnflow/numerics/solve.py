@@ -61,7 +61,7 @@ import numpy as np
 
 from attnflow.numerics import batch, program_cache
 from attnflow.numerics.dynamics import VectorField
-from attnflow.numerics.integrators import Integrator
+from attnflow.numerics.integrators import Adaptive, Integrator
 from attnflow.numerics.saving import SaveAt, snapshot_count, snapshot_group
 from attnflow.numerics.status import Status
 from attnflow.numerics.steps import AdaptiveSteps, ConstantSteps, PIController, StepPolicy
@@ -211,24 +211,33 @@ def _program(problem: Problem, batched: bool):
 def _compiled(problem: Problem, batched: bool, carry: Carry, t_targets: jax.Array):
     """``(program(carry, t_targets), compile_time_s)``: the compiled call from the program cache
     (``attnflow.numerics.program_cache``), keyed by the problem's structure; the field's arrays
-    (the kernel's numbers) are its arguments. ``compile_time_s`` is 0 when it was compiled before."""
+    (the kernel's numbers) are its arguments, and so are an adaptive policy's tolerances and
+    snapshot times (runs at other ``rtol``/``atol``/``save_every`` share the program).
+    ``compile_time_s`` is 0 when it was compiled before."""
     structure, arrays = program_cache.split_field(problem.field)
-    stepsize = problem.stepsize
+    stepsize, method = problem.stepsize, problem.method
+    tolerances = ()
     if isinstance(stepsize, AdaptiveSteps):  # the first trial step only sets the initial state
-        stepsize = dataclasses.replace(stepsize, dt0=1.0)
-    save_every = problem.saveat.save_every
-    key = (structure, problem.method, stepsize, save_every, problem.noise, batched)
+        tolerances = jnp.asarray([stepsize.rtol, stepsize.atol], t_targets.dtype)
+        stepsize = dataclasses.replace(stepsize, dt0=1.0, rtol=1.0, atol=1.0)
+        if isinstance(method, Adaptive):  # its own tolerances only make the default policy
+            method = dataclasses.replace(method, rtol=1.0, atol=1.0)
+    # fixed steps take save_every / dt steps per snapshot; adaptive ones step to the times given
+    save_every = 1.0 if isinstance(stepsize, AdaptiveSteps) else problem.saveat.save_every
+    key = (structure, method, stepsize, save_every, problem.noise, batched)
 
     def build():
-        def program(arrays, carry, t_targets):
+        def program(arrays, tolerances, carry, t_targets):
             field = structure.build(arrays)
-            traced = Problem(field, problem.method, stepsize, SaveAt(save_every, save_every), problem.noise)
+            adaptive = isinstance(stepsize, AdaptiveSteps)
+            policy = stepsize.with_tolerances(tolerances[0], tolerances[1]) if adaptive else stepsize
+            traced = Problem(field, method, policy, SaveAt(save_every, save_every), problem.noise)
             return _program(traced, batched)(carry, t_targets)
 
         return program
 
-    executable, compile_time = program_cache.compiled(key, build, (arrays, carry, t_targets))
-    return (lambda carry, t_targets: executable(arrays, carry, t_targets)), compile_time
+    executable, compile_time = program_cache.compiled(key, build, (arrays, tolerances, carry, t_targets))
+    return (lambda carry, t_targets: executable(arrays, tolerances, carry, t_targets)), compile_time
 
 
 def integrate(

@@ -163,12 +163,19 @@ class AdaptiveSteps:
 
     def __post_init__(self) -> None:
         for name in ("rtol", "atol", "dt0"):
+            if isinstance(getattr(self, name), jax.core.Tracer):  # with_tolerances, inside a program
+                continue
             if not getattr(self, name) > 0:
                 raise ValueError(f"AdaptiveSteps: `{name}` must be positive; got {getattr(self, name)!r}.")
         if isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int) or self.max_steps < 1:
             raise ValueError(
                 f"AdaptiveSteps: `max_steps` must be a positive integer; got {self.max_steps!r}."
             )
+
+    def with_tolerances(self, rtol, atol) -> AdaptiveSteps:
+        """The same policy at other tolerances: traced values inside a compiled program (the
+        tolerances are that program's arguments, ``attnflow.numerics.solve``)."""
+        return dataclasses.replace(self, rtol=rtol, atol=atol)
 
     def check(self, method, field, *, noise: float, save_every: float) -> None:  # noqa: ARG002
         if not hasattr(method, "fsal_step"):

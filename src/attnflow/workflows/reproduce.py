@@ -27,8 +27,12 @@ value an expectation can name (:mod:`attnflow.workflows.reproduce_measure`,
   recorded there as soon as its jobs have finished, so that Ctrl-C (:class:`ReproduceInterrupted`)
   loses only the experiments still running; ``resume`` runs the experiments not yet recorded,
   with the settings of the folder's run, and the report covers every recorded experiment.
-- The analytic factors are evaluated once as a matrix for the dense interaction
-  (:func:`_with_factor_matrix`, the factor's ``tabulated``): same values, a cheaper step.
+- The solver and the energies see every kernel in one form (:func:`_tabulated_kernel`): the gauge
+  as its matrices ``Q(ξ_i)`` (the identity too), the factor as its matrix ``w`` (``w = 1`` too), for
+  the dense interaction. The same values (the analytic factors then cost no ``n × n`` cos or exp
+  per evaluation), and the jobs of E0-E6 share one compiled program per size, whatever
+  their gauge and factor (the numbers are the program's arguments); measurement and figures keep
+  the experiment's own kernel (a gauge frame only where there is a gauge).
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ import numpy as np
 from attnflow.analysis import metrics, realisation
 from attnflow.analysis.laws import VonMisesMixture, quadrature_cdf, spherical_mixture_samples
 from attnflow.analysis.theory import energy_max
+from attnflow.core.factors import MatrixFactor, NoFactor
+from attnflow.core.gauges import DenseGauge
 from attnflow.io import reproduce_folder
 from attnflow.io.config import Config
 from attnflow.io.outcomes import FigureData, JobResult, Outcome
@@ -71,14 +77,28 @@ def _with_seed(config: Config, seed: int) -> Config:
     return config.model_copy(update={"init": config.init.model_copy(update={"seed": seed})})
 
 
-def _with_factor_matrix(sim: Simulation, config: Config) -> Simulation:
-    """The same simulation with the factor evaluated once, as a matrix (the factor's ``tabulated``),
-    when the interaction is exact and dense anyway (no row blocks, no expansion). The analytic
-    factors recompute ``w`` at every field evaluation (an ``n × n`` cos or exp); a table is read."""
-    factor = sim.kernel.factor.tabulated()
-    if factor is sim.kernel.factor or sim.block_size is not None or sim.interaction != "exact":
+@jax.jit
+def _tables(kernel):
+    """``(Q(ξ_i) (n, d, d), w (n, n))`` of a kernel, by one compiled program per structure."""
+    q = kernel.gauge.matrices()
+    factor = kernel.factor.tabulated()
+    w = jnp.ones((kernel.factor.n,) * 2, q.dtype) if isinstance(factor, NoFactor) else factor.w
+    return q, w.astype(q.dtype)
+
+
+def _tabulated_kernel(sim: Simulation, config: Config) -> Simulation:
+    """The same simulation with its kernel tabulated: the gauge as ``DenseGauge`` of its matrices,
+    the factor as ``MatrixFactor`` (``w = 1`` for no factor), when the interaction is exact and
+    dense anyway (no row blocks, no expansion). Same values (``Q = I`` and ``w = 1`` multiply
+    exactly); one structure for every gauge and factor, so one compiled program. The factor's
+    ``nonnegative`` flag (structure) is kept only where it is used, by the ``sa`` normalisation
+    (softmax weights): elsewhere it says nothing about the field, and is False for every factor."""
+    if sim.block_size is not None or sim.interaction != "exact":
         return sim
-    kernel = dataclasses.replace(sim.kernel, factor=factor)
+    q, w = _tables(sim.kernel)
+    nonnegative = config.model.normalization == "sa" and sim.kernel.factor.nonnegative
+    factor = MatrixFactor(w=w, nonnegative=nonnegative)
+    kernel = dataclasses.replace(sim.kernel, gauge=DenseGauge(q=q), factor=factor)
     model = config.model
     field = make_vector_field(
         kernel, normalization=model.normalization, causal=model.causal, value=model.value, block_size=None
@@ -129,7 +149,7 @@ def _simulate(job: Job, tick: Tick) -> JobResult:
     config = job.simulation_config()
     sim = build(config)
     e_max = energy_max(sim.kernel)  # from the analytic factor (the theory dispatches on its type)
-    sim = _with_factor_matrix(sim, config)
+    solved_as = _tabulated_kernel(sim, config)
     x0 = jnp.stack([make_initial(_with_seed(config, s), sim.kernel.gauge, sim.x0.dtype) for s in job.seeds])
     ticked = 0
 
@@ -139,11 +159,13 @@ def _simulate(job: Job, tick: Tick) -> JobResult:
         tick(units)
 
     solve_start = time.perf_counter()
-    solved = _solve_seeds(sim, x0, counted)
+    solved = _solve_seeds(solved_as, x0, counted)
     solve_end = time.perf_counter()
     tick(job.units() - ticked)  # runs that stopped early
     compile_s = solved["compile_s"]
-    values, figure = measure(sim, solved["ts"], solved["xs"], job.seeds, job.experiment, e_max=e_max)
+    values, figure = measure(
+        sim, solved["ts"], solved["xs"], job.seeds, job.experiment, e_max=e_max, tables=solved_as.kernel
+    )
     end = time.perf_counter()
     timing = {
         "wall_s": end - start,
@@ -177,7 +199,11 @@ def _realize(job: Job, tick: Tick) -> JobResult:
         construction = realisation.sphere_construction(
             targets, v0=v0, beta=beta, seed=seeds, **sphere_options
         )
-    # every seed in one call of one compiled program, bitwise the seeds run alone (realize_batch)
+    # every seed in one call of one compiled program, bitwise the seeds run alone (realize_batch);
+    # the gauge as its matrices: E7 (RoPE) and E8 (Householder) share the program of a size
+    gauge = DenseGauge(q=construction.kernel.gauge.matrices())
+    tabulated = dataclasses.replace(construction.kernel, gauge=gauge)
+    construction = dataclasses.replace(construction, kernel=tabulated)
     results = realize.realize_batch(construction, workers=1, **common)
     for i, (seed, result) in enumerate(zip(job.seeds, results, strict=True)):
         if job.experiment.kind == "realize_orbit":

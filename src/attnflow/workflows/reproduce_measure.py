@@ -21,6 +21,7 @@ import numpy as np
 from attnflow.analysis import metrics
 from attnflow.analysis.plateaus import detect_plateaus
 from attnflow.analysis.summary import COLLAPSE_THRESHOLD, ENERGY_TOL
+from attnflow.core.kernel import Kernel
 from attnflow.io.outcomes import MEAN_COSINE_TOL, FigureData, time_label
 from attnflow.numerics.summation import energy
 from attnflow.workflows.build import Simulation
@@ -37,7 +38,7 @@ __all__ = [
 ]
 
 THETA_C = 0.1  # cluster threshold (rad), the diagnostics' default
-SERIES_POINTS = 100  # snapshots per seed of the costly per-snapshot series (cluster counts)
+SERIES_POINTS = 50  # snapshots per seed of the costly per-snapshot series (cluster counts)
 
 
 ENERGY_CHUNK = 64  # states per compiled energy call (the last call is padded)
@@ -150,14 +151,26 @@ def _time_indices(ts: np.ndarray, report_times: Sequence[float]) -> dict[str, in
 
 
 def measure(
-    sim: Simulation, ts: np.ndarray, xs: np.ndarray, seeds, experiment: Experiment, *, e_max: float | None
+    sim: Simulation,
+    ts: np.ndarray,
+    xs: np.ndarray,
+    seeds,
+    experiment: Experiment,
+    *,
+    e_max: float | None,
+    tables: Kernel | None = None,
 ) -> tuple[list, FigureData]:
     """Per-seed values at the report times and at the end, from snapshots ``xs (T, B, n, d)``;
-    ``e_max`` is the theory's maximal energy (:func:`attnflow.analysis.theory.energy_max`) or None."""
+    ``e_max`` is the theory's maximal energy (:func:`attnflow.analysis.theory.energy_max`) or None.
+    ``tables``: the same kernel as ``sim``'s with its gauge as matrices and its factor as a matrix
+    (``DenseGauge``, ``MatrixFactor``), if there is one: the energies and gauge matrices are taken
+    from it (programs shared by every gauge and factor); a gauge frame is measured only where
+    ``sim``'s gauge is not the identity."""
     gauged = not sim.kernel.gauge.is_identity
-    q = np.asarray(_gauge_matrices(sim.kernel.gauge)) if gauged else None
+    kernel = sim.kernel if tables is None else tables
+    q = np.asarray(_gauge_matrices(kernel.gauge)) if gauged else None
     us = _gauge_frames(q, xs) if gauged else xs
-    energies = _energies(sim.kernel, xs, block_size=sim.block_size)
+    energies = _energies(kernel, xs, block_size=sim.block_size)
     mean_cos = _mean_cosines(xs)
     gauge_mean_cos = _mean_cosines(us) if gauged else mean_cos
     indices = _time_indices(ts, experiment.report_times)

@@ -57,29 +57,28 @@ class Job:
         return snapshot_count(solver.t_end, solver.save_every) * len(self.seeds)
 
 
-# Gauge and factor kinds that build the same pytree (a matrix per token; a tabulated factor).
-_GAUGE_STRUCTURE = {"generalized_rope": "dense", "prompt": "dense", "file": "dense"}
-_FACTOR_STRUCTURE = {"distance_bias": "matrix", "toeplitz_cos": "matrix", "file": "matrix"}
+# The factors as reproduce solves them (a matrix, ``reproduce._tabulated_kernel``; its sign is
+# structure only for the ``sa`` normalisation).
+_FACTOR_STRUCTURE = {"none": "matrix", "distance_bias": "matrix", "toeplitz_cos": "matrix", "file": "matrix"}
 # Numbers that are arguments of the compiled program (or only set the initial state), not structure.
-_NUMBERS = {"model": ("beta",), "solver": ("dt", "t_end", "save_every")}
+_NUMBERS = {"model": ("beta",), "solver": ("dt", "t_end", "save_every", "rtol", "atol")}
 
 
 def structure_key(job: Job) -> tuple:
-    """What decides a job's compiled programs: the size, the model's options, the kinds of gauge
-    and factor (as the pytrees they build), the solver's options. Jobs with equal keys share their
-    compilations when they run in one process; a key finer than the programs' only costs a
-    compilation, never a result."""
+    """What decides a job's compiled programs: the size, the model's options, the solver's options
+    (every gauge is solved as its matrices and every factor as a matrix). Jobs with equal keys share
+    their compilations when they run in one process; a key finer or coarser than the programs'
+    only costs a compilation, never a result."""
     if job.experiment.kind != "simulate":
         return (job.experiment.kind, job.n)
     config = job.simulation_config()
     model = config.model.model_dump(exclude=set(_NUMBERS["model"]))
     solver = config.solver.model_dump(exclude=set(_NUMBERS["solver"]))
-    gauge, factor = config.gauge.kind, config.factor.kind
+    factor = config.factor.kind
     return (
         "simulate",
         job.n,
         tuple(sorted(model.items())),
-        _GAUGE_STRUCTURE.get(gauge, gauge),
         _FACTOR_STRUCTURE.get(factor, factor),
         tuple(sorted((k, repr(v)) for k, v in solver.items())),
     )
