@@ -20,10 +20,10 @@ from attnflow.core.kernel import make_profile
 from attnflow.io.config import config_from_dict
 from attnflow.workflows.build import build
 
-HEAVY = ("xarray", "pandas", "matplotlib", "dask")
+HEAVY = ("xarray", "pandas", "matplotlib", "dask", "scipy")
 
 
-def test_the_run_path_imports_no_xarray_pandas_or_matplotlib():
+def test_the_run_path_imports_no_xarray_pandas_matplotlib_or_scipy():
     code = (
         "import sys, attnflow.cli, attnflow.workflows.run; "
         f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))"

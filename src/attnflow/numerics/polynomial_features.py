@@ -30,7 +30,6 @@ import math
 
 import jax.numpy as jnp
 import numpy as np
-import scipy.special
 from numpy.polynomial import chebyshev
 
 SHELL = 1.05  # the bound holds for |<u_i, u_j>| <= SHELL: stage points up to |x| = 1.0247
@@ -56,6 +55,8 @@ def tail_bound(beta: float, degree: int, *, shell: float = SHELL) -> float:
 def exact_tail(beta: float, degree: int, *, shell: float = SHELL) -> float:
     """The tail ``2 e^{−β} Σ_{k>L} I_k(β·shell)`` itself (summed with SciPy), to report by how much
     ``tail_bound`` overestimates it."""
+    import scipy.special  # SciPy is imported where it is used: a run's start-up does not pay for it
+
     z = beta * shell
     ks = np.arange(degree + 1, degree + 200)
     return float(2.0 * np.sum(scipy.special.ive(ks, z)) * np.exp(z - beta))
@@ -64,6 +65,8 @@ def exact_tail(beta: float, degree: int, *, shell: float = SHELL) -> float:
 def monomial_coefficients(beta: float, degree: int, *, shell: float = SHELL) -> np.ndarray:
     """``c_0 … c_L`` of ``p_L(s) = Σ c_k s^k``, the degree-``L`` Chebyshev truncation of
     ``e^{β(s−1)}`` on ``[−shell, shell]``."""
+    import scipy.special
+
     z = beta * shell
     cheb = 2.0 * scipy.special.ive(np.arange(degree + 1), z) * np.exp(z - beta)
     cheb[0] /= 2.0
@@ -88,6 +91,8 @@ def monomial_exponents(d: int, degree: int) -> np.ndarray:
 
 def feature_weights(exponents: np.ndarray, coefficients: np.ndarray) -> np.ndarray:
     """``weight_α = c_{|α|} · |α|! / Π α_m!``: ``p_L(⟨u,v⟩) = Σ_α weight_α u^α v^α``."""
+    import scipy.special
+
     total = exponents.sum(axis=1)
     log_multinomial = scipy.special.gammaln(total + 1) - scipy.special.gammaln(exponents + 1).sum(axis=1)
     return coefficients[total] * np.exp(log_multinomial)
