@@ -44,7 +44,7 @@ def frozen(monkeypatch):
 def test_a_frozen_simulator_fails_a_row_of_every_experiment_and_variant(frozen):
     experiments = experiment_files.load_experiments()
     jobs = reproduce.plan(experiments, quick=True)
-    results = reproduce.run_jobs(jobs, lambda units: None, workers=1)
+    results = reproduce.run_jobs(jobs, lambda units, stage=None: None, workers=1)
     # the frozen runs themselves finished: a failure must come from the expectations, not an error
     assert all(r.status == "ok" for r in results), [(r.experiment, r.status, r.reason) for r in results]
     for experiment in experiments:

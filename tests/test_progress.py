@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 from attnflow.cli import app, console, progress
 from configs import small_toml
 
-LINE = re.compile(r"^(\w+): (compiling|simulating|drawing)(?: (\d+)/(\d+) \((\d+)%\))? \[(\d+\.\d) s\]$")
+STAGES = "compiling|simulating|measuring|drawing"
+LINE = re.compile(rf"^(\w+): ({STAGES})(?: (\d+)/(\d+) \((\d+)%\))? \[(\d+\.\d) s\]$")
 
 
 def progress_lines(output: str, command: str) -> list[re.Match]:
@@ -51,7 +52,10 @@ def test_reproduce_off_a_terminal_prints_stage_lines(tmp_path):
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     matches = progress_lines(result.stdout, "reproduce")
-    assert [m[2] for m in matches[:-1]] == ["simulating"] * (len(matches) - 1), result.stdout
+    stages = [m[2] for m in matches]
+    assert stages[0] == "simulating" and stages[-1] == "drawing", result.stdout
+    # the jobs (run here, --quick) measure their snapshots once solved: said once, not job after job
+    assert stages.count("measuring") == 1 and set(stages) == {"simulating", "measuring", "drawing"}
     check_lines(matches)
 
 
@@ -73,7 +77,7 @@ def test_a_call_before_any_job_finished_reads_compiling(tmp_path, monkeypatch):
         "reproduce: simulating 1/4 (25%)",
         "reproduce: simulating 2/4 (50%)",
         "reproduce: simulating 3/4 (75%)",
-        "reproduce: drawing 4/4 (100%)",
+        "reproduce: simulating 4/4 (100%)",
     ]
     assert result.stderr == "error: stop here\n"
 
@@ -103,6 +107,10 @@ def test_on_a_terminal_the_bar_never_reads_none(monkeypatch, stages, first):
         for done in range(2, 11):
             call(done, 10)
             report.bar.refresh()
+        report.stage("measuring")
+        report.bar.refresh()
+        report.stage("drawing")
+        report.bar.refresh()
     shown = screen.getvalue()
     assert "None" not in shown and "10/10 (100%)" in shown
-    assert "run: simulating" in shown and "run: drawing" in shown
+    assert "run: simulating" in shown and "run: drawing" in shown and "run: measuring" in shown

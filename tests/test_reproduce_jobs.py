@@ -105,7 +105,7 @@ def test_on_an_accelerator_the_seeds_are_one_batch(monkeypatch):
 
 def test_jobs_in_worker_processes_come_back_in_order_with_the_same_values():
     jobs = plan(load_experiments(["E0", "E1"]), sizes=[8], n_seeds=1)  # E1's two variants: one group
-    here = reproduce.run_jobs(jobs, lambda units: None, workers=1)
+    here = reproduce.run_jobs(jobs, lambda units, stage=None: None, workers=1)
     ticks = []
     there = reproduce.run_jobs(jobs, ticks.append, workers=2)
     assert [r.label for r in there] == [job.label for job in jobs]

@@ -98,7 +98,7 @@ def reproduce(
                 options = dict(quick=quick, only=ids, sizes=token_counts, n_seeds=seeds, workers=workers)
                 options.update(overrides=tuple(set_), resume=resume, overwrite=overwrite)
                 progress = interrupts.raising_noted(job_stages(report))
-                outcome = run_reproduce(out, **options, progress=progress)
+                outcome = run_reproduce(out, **options, progress=progress, on_stage=report.stage)
     except KeyboardInterrupt as stop:
         if getattr(stop, "kept", None) is None:  # not a ReproduceInterrupted: before the folder was touched
             say("interrupted before reproduce started: nothing was written.")

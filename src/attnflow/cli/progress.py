@@ -16,23 +16,31 @@ class ProgressReport:
 
     On a terminal, a rich bar on stderr (its count blank until the total is known). Off a terminal
     (CI, a SLURM log), plain lines on stdout from the library's first call on (bad input found
-    before it stays the command's only line): one when the stage changes and one each tenth of the
-    total. ``report(done, total, stage=...)`` is called with the library's progress (``stage`` the label
-    from then on).
+    before it stays the command's only line): one when a stage first appears and one each tenth of
+    the total (stages that alternate, simulating and measuring job after job, print no line each
+    time). ``report(done, total, stage=...)`` is called with the library's progress (``stage`` the
+    label from then on); ``report.stage(name)`` changes only the label.
     """
 
     def __init__(self, command: str, stage: str, bar: Progress | None) -> None:
         self.command, self.bar, self.start = command, bar, time.perf_counter()
         self.label, self.done, self.total, self.tenths = stage, 0, None, 0
+        self.seen = {stage}
         self.task = None if bar is None else bar.add_task(f"{command}: {stage}", total=None, count="")
 
     def __call__(self, done: int, total: int, *, stage: str | None = None) -> None:
         first, self.done, self.total = self.total is None, done, total
         tenths = 10 * done // total if total else 0
-        changed = stage is not None and stage != self.label
+        new = stage is not None and stage not in self.seen
         self.label = stage or self.label
-        self._show(line=first or changed or tenths > self.tenths)
+        self.seen.add(self.label)
+        self._show(line=first or new or tenths > self.tenths)
         self.tenths = max(tenths, self.tenths)
+
+    def stage(self, name: str) -> None:
+        """The label only (``measuring``), at the count reached."""
+        if self.total is not None:
+            self(self.done, self.total, stage=name)
 
     def _count(self) -> str:
         return "" if not self.total else f"{self.done}/{self.total} ({100 * self.done // self.total}%)"
@@ -71,10 +79,10 @@ def snapshot_stages(report: ProgressReport):
 
 def job_stages(report: ProgressReport):
     """The progress callback of ``reproduce``: called as snapshots (jobs in this process) or whole
-    tasks (in worker processes) finish, each job compiling, simulating and measuring; a call with
-    nothing done yet means the jobs are compiling; the last comes before the report is drawn."""
+    tasks (in worker processes) finish; a call with nothing done yet means the jobs are compiling.
+    ``reproduce`` names the other stages itself (``on_stage``: measuring, drawing)."""
 
     def call(done: int, total: int) -> None:
-        report(done, total, stage="compiling" if done == 0 else "drawing" if done == total else "simulating")
+        report(done, total, stage="compiling" if done == 0 else "simulating")
 
     return call

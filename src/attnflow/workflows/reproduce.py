@@ -70,7 +70,7 @@ from attnflow.workflows.reproduce_measure import (
 )
 from attnflow.workflows.reproduce_plan import Job, plan, structure_key
 
-Tick = Callable[[int], None]
+Tick = Callable[..., None]  # tick(units) as snapshots are done; tick(0, stage="measuring") then
 
 
 def _with_seed(config: Config, seed: int) -> Config:
@@ -162,6 +162,7 @@ def _simulate(job: Job, tick: Tick) -> JobResult:
     solved = _solve_seeds(solved_as, x0, counted)
     solve_end = time.perf_counter()
     tick(job.units() - ticked)  # runs that stopped early
+    tick(0, stage="measuring")
     compile_s = solved["compile_s"]
     values, figure = measure(
         sim, solved["ts"], solved["xs"], job.seeds, job.experiment, e_max=e_max, tables=solved_as.kernel
@@ -264,7 +265,7 @@ def _run_group(jobs: Sequence[Job], cache_folder: str | None) -> list[JobResult]
     with the persistent compilation cache of the parent process when it has one."""
     if cache_folder is not None:
         program_cache.enable_persistent_cache(Path(cache_folder))
-    return [run_job(job, lambda units: None) for job in jobs]
+    return [run_job(job, lambda units, stage=None: None) for job in jobs]
 
 
 def default_workers(*, quick: bool = False) -> int:
@@ -346,6 +347,7 @@ def reproduce(
     n_seeds: int | None = None,
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    on_stage: Callable[[str], None] | None = None,
     overrides: Sequence[str] = (),
     resume: bool = False,
     overwrite: bool = False,
@@ -356,6 +358,9 @@ def reproduce(
     for fixed steps of each file's ``dt`` (benchmarks compare it with the files' settings).
 
     ``workers``: processes that run jobs (default :func:`default_workers`; 1 runs everything here).
+    ``progress(done, total)`` is called as snapshots (jobs here) or tasks (in worker processes)
+    are done; ``on_stage("measuring")`` when a job run here has its snapshots and measures them,
+    ``on_stage("drawing")`` before the report is drawn.
 
     The folder (:mod:`attnflow.io.reproduce_folder`): ``out_dir`` must be new or empty, unless
     ``resume`` (continue the reproduce run there, with the same settings: the experiments it
@@ -390,12 +395,14 @@ def reproduce(
                     records[eid] = record
             missing = [e for e in experiments if e.id not in records]
             options = dict(quick=quick, sizes=sizes, n_seeds=n_seeds, overrides=overrides)
-            _run_missing(out_dir, missing, records, progress, workers=workers, **options)
+            _run_missing(out_dir, missing, records, progress, on_stage, workers=workers, **options)
             shown = load_experiments(in_order(records))  # a record whose experiment file is gone: left out
             ids = [e.id for e in shown]
             jobs = [job for eid in ids for job in records[eid][0]]
             rows = [row for eid in ids for row in records[eid][1]]
             outcome = Outcome(shown, jobs, rows, quick, time.perf_counter() - start)
+            if on_stage is not None:
+                on_stage("drawing")
             reproduce_folder.write_report(out_dir, lambda: report.write_report(out_dir, outcome))
         except KeyboardInterrupt:
             raise ReproduceInterrupted(out_dir, in_order(records)) from None
@@ -408,6 +415,7 @@ def _run_missing(
     experiments: Sequence,
     records: dict,
     progress: Callable[[int, int], None] | None,
+    on_stage: Callable[[str], None] | None,
     *,
     workers: int,
     **options,
@@ -416,10 +424,13 @@ def _run_missing(
     jobs = plan(experiments, **options)
     total, done = sum(job.units() for job in jobs), 0
 
-    def tick(units: int) -> None:
+    def tick(units: int, stage: str | None = None) -> None:
         nonlocal done
         done += units
-        if progress is not None:
+        if stage is not None:
+            if on_stage is not None:
+                on_stage(stage)
+        elif progress is not None:
             progress(done, total)
 
     pending = {e.id: sum(job.experiment.id == e.id for job in jobs) for e in experiments}
