@@ -175,7 +175,10 @@ def _children() -> set[int]:
     pid = os.getpid()
     found: set[int] = set()
     for thread in os.listdir(f"/proc/{pid}/task"):
-        found.update(int(p) for p in open(f"/proc/{pid}/task/{thread}/children").read().split())
+        try:
+            found.update(int(p) for p in open(f"/proc/{pid}/task/{thread}/children").read().split())
+        except FileNotFoundError:  # the thread ended between the listing and the read
+            continue
     return found
 
 
