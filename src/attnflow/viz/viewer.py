@@ -21,7 +21,6 @@ import numpy as np
 from attnflow.analysis.distances import label_phase
 from attnflow.io import store
 from attnflow.io.atomic import write_text
-from attnflow.io.store import spread
 
 __all__ = ["first_three", "read_run", "viewer_html", "write_run_viewer", "write_viewer"]
 
@@ -54,7 +53,7 @@ def viewer_html(
     ``tokens``: ``StoredTrajectory.gauge_frame``), or None without a gauge. ``n_tokens``,
     ``n_snapshots``: the run's counts when ``xs`` holds a subsample (the legend says how many are
     shown of how many)."""
-    frames, tokens = spread(len(ts), max_frames), spread(xs.shape[1], max_tokens)
+    frames, tokens = store.spread(len(ts), max_frames), store.spread(xs.shape[1], max_tokens)
     x = np.asarray(xs[frames][:, tokens], dtype=np.float64)
     panels, stacks = ["content x"], [x]
     if gauge_frame is not None:
@@ -96,18 +95,15 @@ def write_run_viewer(run_dir: str | Path, *, n_snapshots: int) -> Path:
     ``n_snapshots`` complete snapshots, ``MAX_TOKENS`` of its tokens."""
     run_dir = Path(run_dir)
     path = run_dir / "trajectory.zarr"
-    frames = spread(n_snapshots, MAX_FRAMES)
+    frames = store.spread(n_snapshots, MAX_FRAMES)
     stored = store.read_trajectory(path, max_tokens=MAX_TOKENS, snapshots=frames)
-    page = viewer_html(
-        stored.ts,
-        stored.xs,
-        stored.xi,
-        stored.gauge_frame if stored.stored_gauge is not None else None,
+    return write_viewer(
+        stored,
+        run_dir / "viewer.html",
         title=run_dir.name,
         n_tokens=store.token_count(path),
         n_snapshots=n_snapshots,
     )
-    return write_text(run_dir / "viewer.html", page)
 
 
 def read_run(run_dir: Path, max_tokens: int):
