@@ -152,6 +152,29 @@ def test_cluster_labels_blocked_equals_dense():
         np.testing.assert_array_equal(metrics.cluster_labels(x, theta_c=0.2, block_size=block_size), dense)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 60), st.floats(0.0, 0.2), st.integers(0, 2**32 - 1))
+def test_components_are_scipy_s_connected_components(size, density, seed):
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    rng = np.random.default_rng(seed)
+    a, b = np.nonzero(rng.random((size, size)) < density)
+    labels = metrics._components(size, a, b)
+    count, theirs = connected_components(
+        coo_matrix((np.ones(a.size), (a, b)), shape=(size, size)), directed=False
+    )
+    # the same partition, each vertex labelled by the smallest vertex of its component
+    assert np.unique(labels).size == count == np.unique(np.stack([labels, theirs]), axis=1).shape[1]
+    np.testing.assert_array_equal(labels, [np.flatnonzero(theirs == c).min() for c in theirs])
+
+
+def test_components_of_a_shuffled_path_are_one():
+    order = np.random.default_rng(5).permutation(100_000)
+    labels = metrics._components(order.size, order[:-1], order[1:])
+    assert np.all(labels == 0)
+
+
 def test_cluster_counts_equal_the_count_of_each_state():
     rng = np.random.default_rng(12)
     states = []

@@ -1,4 +1,5 @@
-"""Start-up of `attnflow run`: what its path imports, and that building a run compiles nothing.
+"""Start-up of `attnflow run`: what its path imports, that building a run compiles nothing, and
+that it compiles two programs before its first snapshot.
 
 A warm process (the persistent compilation cache filled) still traces and lowers every eager JAX
 operation to look its program up, so the build's constants are made on the host
@@ -18,7 +19,9 @@ from attnflow.core import gauges, sphere
 from attnflow.core.host import folded_key, to_device
 from attnflow.core.kernel import make_profile
 from attnflow.io.config import config_from_dict
+from attnflow.numerics import program_cache
 from attnflow.workflows.build import build
+from attnflow.workflows.run import run
 
 HEAVY = ("xarray", "pandas", "matplotlib", "dask", "scipy")
 
@@ -82,6 +85,32 @@ def test_building_a_run_compiles_nothing(sections, caplog):
     compiled = [r.getMessage().split(" with ")[0] for r in caplog.records if "Compiling" in r.getMessage()]
     assert compiled == []
     assert sim.x0.shape == (config.model.n, config.model.d)
+
+
+def _compiled_names(records) -> list[str]:
+    messages = [r.getMessage() for r in records]
+    return [m.split("Compiling jit(")[1].split(")")[0] for m in messages if m.startswith("Compiling jit(")]
+
+
+@pytest.mark.parametrize("method", ["adaptive", "rk4"])
+def test_a_run_compiles_two_programs_before_its_first_snapshot(method, tmp_path, caplog):
+    # the metrics of a snapshot (one program) and the solver's time loop (one program): every other
+    # eager operation on the way would be one more program to trace, lower and load in a warm process
+    solver = {"method": method, "t_end": 0.5, "save_every": 0.1} | ({"dt": 0.05} if method == "rk4" else {})
+    config = config_from_dict(
+        {"model": {"n": 24}, "aux": {"kind": "positions"}, "gauge": {"kind": "rope"}, "solver": solver}
+    )
+    before_first: list[str] = []
+
+    def progress(done, total):  # noqa: ARG001
+        if done == 2 and not before_first:  # the first snapshot after t = 0
+            before_first.extend(_compiled_names(caplog.records))
+
+    jax.clear_caches()
+    program_cache.clear()
+    with caplog.at_level(logging.WARNING), jax.log_compiles():
+        run(config, tmp_path / "run", progress=progress)
+    assert before_first == ["evaluate", "program"]
 
 
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])

@@ -83,9 +83,11 @@ def subsample(n: int, size: int) -> np.ndarray:
     return np.arange(0, n, -(-n // size))
 
 
-def _energy_function(kernel: Kernel, method: str, *, block_size: int | None, tolerance: float):
-    """``x -> E(x)``, compiled once; the kernel's arrays are arguments (not constants baked into the
-    program), its profile (concrete numbers the expansion's degree is chosen from) is closed over."""
+def _snapshot_function(kernel: Kernel, method: str, *, block_size: int | None, tolerance: float):
+    """``x -> (E(x), mean cosine of x, mean cosine of its gauge frame)``: one compiled program
+    (one compilation, or one load from the persistent cache, per run); the kernel's arrays are
+    arguments (not constants baked into the program), its profile (concrete numbers the
+    expansion's degree is chosen from) is closed over."""
     if method not in ("exact", "expansion"):
         raise ValueError(f"summarize: `energy` must be 'exact' or 'expansion'; got {method!r}.")
     profile = kernel.profile
@@ -93,17 +95,19 @@ def _energy_function(kernel: Kernel, method: str, *, block_size: int | None, tol
     def evaluate(gauge, factor, x):
         k = Kernel(gauge=gauge, factor=factor, profile=profile)
         if method == "expansion":
-            return expansion_energy(k, x, tolerance=tolerance)
-        return energy(k, x, block_size=block_size)
+            e = expansion_energy(k, x, tolerance=tolerance)
+        else:
+            e = energy(k, x, block_size=block_size)
+        return e, metrics.mean_cosine(x), metrics.mean_cosine(gauge.apply(x))
 
     compiled = jax.jit(evaluate)
-    return lambda x: float(compiled(kernel.gauge, kernel.factor, jnp.asarray(x)))
+    return lambda x: tuple(float(v) for v in compiled(kernel.gauge, kernel.factor, x))
 
 
 def energy_series(kernel: Kernel, xs, *, block_size: int | None = None) -> np.ndarray:
     """``E`` of every snapshot of ``xs (T, n, d)`` (one compiled evaluation, called per snapshot)."""
-    fn = _energy_function(kernel, "exact", block_size=block_size, tolerance=0.0)
-    return np.array([fn(x) for x in xs])
+    fn = _snapshot_function(kernel, "exact", block_size=block_size, tolerance=0.0)
+    return np.array([fn(x)[0] for x in xs])
 
 
 class OnlineSummary:
@@ -129,9 +133,7 @@ class OnlineSummary:
     ) -> None:
         self.kernel, self.groups, self.theta_c = kernel, groups, theta_c
         self.energy_method, self.tolerance = energy, tolerance
-        self._energy = _energy_function(kernel, energy, block_size=block_size, tolerance=tolerance)
-        self._mean_cosine = jax.jit(metrics.mean_cosine)
-        self._gauge_mean_cosine = jax.jit(lambda gauge, x: metrics.mean_cosine(gauge.apply(x)))
+        self._measure = _snapshot_function(kernel, energy, block_size=block_size, tolerance=tolerance)
         self.series: dict[str, list] = {
             k: [] for k in ("t", "energy", "mean_cosine", "gauge_mean_cosine", "n_eff")
         }
@@ -145,11 +147,12 @@ class OnlineSummary:
     def add(self, ts, xs) -> None:
         for t, x in zip(np.asarray(ts, dtype=float), xs, strict=True):
             x = np.asarray(x)
-            pairwise = x.shape[0] <= PAIRWISE_LIMIT
+            e, mean_cosine, gauge_mean_cosine = self._measure(x)
             self.series["t"].append(float(t))
-            self.series["energy"].append(self._energy(x))
-            self.series["mean_cosine"].append(float(self._mean_cosine(x)))
-            self.series["gauge_mean_cosine"].append(float(self._gauge_mean_cosine(self.kernel.gauge, x)))
+            self.series["energy"].append(e)
+            self.series["mean_cosine"].append(mean_cosine)
+            self.series["gauge_mean_cosine"].append(gauge_mean_cosine)
+            pairwise = x.shape[0] <= PAIRWISE_LIMIT
             self.series["n_eff"].append(metrics.n_eff(x, theta_c=self.theta_c) if pairwise else None)
             self.last = x
 

@@ -189,9 +189,9 @@ def advance(problem: Problem, carry: Carry, t_targets: jax.Array) -> tuple[Carry
 def _start(problem: Problem, x0: jax.Array, keys: jax.Array) -> Carry:
     if x0.ndim == 3:  # a batch: one policy state and one status per run
         state = jax.vmap(lambda x: problem.stepsize.init(problem.method, x))(x0)
-        return x0, keys, state, jnp.zeros(x0.shape[:1], jnp.int32)
+        return x0, keys, state, np.zeros(x0.shape[:1], np.int32)
     state = problem.stepsize.init(problem.method, x0)
-    return x0, keys, state, jnp.zeros((), jnp.int32)
+    return x0, keys, state, np.zeros((), np.int32)
 
 
 def _program(problem: Problem, batched: bool):
@@ -218,7 +218,7 @@ def _compiled(problem: Problem, batched: bool, carry: Carry, t_targets: jax.Arra
     stepsize, method = problem.stepsize, problem.method
     tolerances = ()
     if isinstance(stepsize, AdaptiveSteps):  # the first trial step only sets the initial state
-        tolerances = jnp.asarray([stepsize.rtol, stepsize.atol], t_targets.dtype)
+        tolerances = np.asarray([stepsize.rtol, stepsize.atol], t_targets.dtype)
         stepsize = dataclasses.replace(stepsize, dt0=1.0, rtol=1.0, atol=1.0)
         if isinstance(method, Adaptive):  # its own tolerances only make the default policy
             method = dataclasses.replace(method, rtol=1.0, atol=1.0)
@@ -280,8 +280,8 @@ def _run(problem: Problem, x0: jax.Array, keys: jax.Array, on_snapshots: Snapsho
     on_snapshots(np.zeros(1), np.asarray(x0)[None])
     delivered = 1
 
-    def times(call: int) -> jax.Array:
-        return jnp.asarray([saveat.time(call * group + j + 1) for j in range(group)], x0.dtype)
+    def times(call: int) -> np.ndarray:  # made on the host: no program
+        return np.asarray([saveat.time(call * group + j + 1) for j in range(group)], x0.dtype)
 
     carry = _start(problem, x0, keys)
     program, compile_time = _compiled(problem, batched, carry, times(0))

@@ -27,6 +27,7 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from attnflow.core.sphere import normalize
 from attnflow.numerics.dynamics import noise_increment
@@ -200,13 +201,13 @@ class AdaptiveSteps:
 
     def init(self, method, x):
         """The state at t = 0: no step taken yet (the first slope is evaluated by the first
-        ``advance``)."""
-        zero = jnp.zeros((), x.dtype)
-        slopes = jnp.zeros((len(method.tableau.b), *x.shape), x.dtype)
+        ``advance``). Its constants are NumPy arrays: made on the host, they compile nothing."""
+        zero = np.zeros((), x.dtype)
+        slopes = np.zeros((len(method.tableau.b), *x.shape), x.dtype)
         return dict(
-            h=jnp.asarray(self.dt0, x.dtype), t=zero, x=x, k=jnp.zeros_like(x), x_last=x, t_last=zero,
-            h_last=jnp.asarray(self.dt0, x.dtype), slopes=slopes, error_prev=jnp.ones((), x.dtype),
-            started=jnp.zeros((), bool),
+            h=np.asarray(self.dt0, x.dtype), t=zero, x=x, k=np.zeros(x.shape, x.dtype), x_last=x, t_last=zero,
+            h_last=np.asarray(self.dt0, x.dtype), slopes=slopes, error_prev=np.ones((), x.dtype),
+            started=np.zeros((), bool),
         )  # fmt: skip
 
     def advance(self, method, field, x, key, state, t_target, *, active, noise: float, save_every: float):  # noqa: ARG002
