@@ -199,39 +199,46 @@ _THREAD_SCRIPT = textwrap.dedent(
     from attnflow.core.kernel import Kernel, make_profile
     from attnflow.numerics import dynamics, integrators, lanes, summation
     from attnflow.numerics.solve import solve
-    devices = int(sys.argv[2])
-    if devices > 1:
-        attnflow.use_cpu_cores(devices)
-    assert len(lanes.lane_devices()) == devices
-    n = 1100  # 9 tiles of 128: 45 tile pairs dealt into 8 lanes, the last tile padded
-    out = {}
-    for dtype, block in (("float64", None), ("float64", 128), ("float32", 128)):
-        frequencies = gauges.rope_frequencies(3, kind="full_period", n=n)
-        g = gauges.make_rope(np.arange(n), 3, frequencies, dtype=dtype)
-        xi = jax.numpy.arange(n, dtype=dtype) / n
-        factor = factors.DistanceBias(xi=xi, slope=jax.numpy.ones((), dtype))
-        k = Kernel(g, factor, make_profile("exp", beta=1.0, dtype=dtype))
-        x0 = sphere.sample_uniform(0, n, 3).astype(dtype)
+
+
+    def main():  # not at import: a batch's worker processes import this script again
+        devices = int(sys.argv[2])
+        if devices > 1:
+            attnflow.use_cpu_cores(devices)
+        assert len(lanes.lane_devices()) == devices
+        n = 1100  # 9 tiles of 128: 45 tile pairs dealt into 8 lanes, the last tile padded
+        out = {}
+        for dtype, block in (("float64", None), ("float64", 128), ("float32", 128)):
+            frequencies = gauges.rope_frequencies(3, kind="full_period", n=n)
+            g = gauges.make_rope(np.arange(n), 3, frequencies, dtype=dtype)
+            xi = jax.numpy.arange(n, dtype=dtype) / n
+            factor = factors.DistanceBias(xi=xi, slope=jax.numpy.ones((), dtype))
+            k = Kernel(g, factor, make_profile("exp", beta=1.0, dtype=dtype))
+            x0 = sphere.sample_uniform(0, n, 3).astype(dtype)
+            for normalization, causal in (("sa", False), ("usa", True)):
+                opts = dict(normalization=normalization, causal=causal, block_size=block)
+                field = dynamics.make_vector_field(k, **opts)
+                traj = solve(field, x0, integrator=integrators.RK4(), dt=0.01, t_end=0.04, save_every=0.02)
+                out[f"{dtype}_{block}_{normalization}"] = traj.xs
+            out[f"{dtype}_{block}_energy"] = np.asarray(summation.energy(k, x0, block_size=block))
+            if dtype == "float64":  # 5 seeds: on 2 devices 3 + (2 + a padding copy), on 8 one on each of 5
+                x0s = np.stack([sphere.sample_uniform(seed, n, 3) for seed in range(5)])
+                traj = solve(field, x0s, integrator=integrators.RK4(), dt=0.01, t_end=0.02, save_every=0.02)
+                out[f"{dtype}_{block}_batch"] = traj.xs
+        n = 256  # float64 dense: unrolled tiles (summation.dense_tile)
+        g = gauges.make_rope(np.arange(n), 3, gauges.rope_frequencies(3, kind="full_period", n=n))
+        factor = factors.DistanceBias(xi=jax.numpy.arange(n) / n, slope=jax.numpy.ones(()))
+        k = Kernel(g, factor, make_profile("exp", beta=1.0))
         for normalization, causal in (("sa", False), ("usa", True)):
-            opts = dict(normalization=normalization, causal=causal, block_size=block)
-            field = dynamics.make_vector_field(k, **opts)
+            field = dynamics.make_vector_field(k, normalization=normalization, causal=causal)
+            x0 = sphere.sample_uniform(1, n, 3)
             traj = solve(field, x0, integrator=integrators.RK4(), dt=0.01, t_end=0.04, save_every=0.02)
-            out[f"{dtype}_{block}_{normalization}"] = traj.xs
-        out[f"{dtype}_{block}_energy"] = np.asarray(summation.energy(k, x0, block_size=block))
-        if dtype == "float64":  # 5 seeds: on 2 devices 3 + (2 + a padding copy), on 8 one on each of 5
-            x0s = np.stack([sphere.sample_uniform(seed, n, 3) for seed in range(5)])
-            traj = solve(field, x0s, integrator=integrators.RK4(), dt=0.01, t_end=0.02, save_every=0.02)
-            out[f"{dtype}_{block}_batch"] = traj.xs
-    n = 256  # float64 dense: unrolled tiles (summation.dense_tile)
-    g = gauges.make_rope(np.arange(n), 3, gauges.rope_frequencies(3, kind="full_period", n=n))
-    factor = factors.DistanceBias(xi=jax.numpy.arange(n) / n, slope=jax.numpy.ones(()))
-    k = Kernel(g, factor, make_profile("exp", beta=1.0))
-    for normalization, causal in (("sa", False), ("usa", True)):
-        field = dynamics.make_vector_field(k, normalization=normalization, causal=causal)
-        x0 = sphere.sample_uniform(1, n, 3)
-        traj = solve(field, x0, integrator=integrators.RK4(), dt=0.01, t_end=0.04, save_every=0.02)
-        out[f"dense_tiles_{normalization}"] = traj.xs
-    np.savez(sys.argv[1], **out)
+            out[f"dense_tiles_{normalization}"] = traj.xs
+        np.savez(sys.argv[1], **out)
+
+
+    if __name__ == "__main__":
+        main()
     """
 )
 

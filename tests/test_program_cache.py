@@ -3,6 +3,8 @@ whatever the kernel's numbers; a different structure compiles its own program.""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from attnflow.core.kernel import Kernel, Profile
@@ -80,6 +82,15 @@ def test_persistent_cache_folder_is_private_and_overridable(tmp_path, monkeypatc
     finally:
         jax.config.update("jax_compilation_cache_dir", before[0])
         jax.config.update("jax_persistent_cache_min_compile_time_secs", before[1])
+
+
+def test_the_user_docs_name_the_cache_folder_and_its_variable(tmp_path, monkeypatch):
+    running = (Path(__file__).parents[1] / "docs" / "running.md").read_text()
+    monkeypatch.delenv(program_cache.CACHE_ENV, raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    default = program_cache.persistent_cache_folder().relative_to(tmp_path)
+    assert f"`~/{default}`" in running and f"`{program_cache.CACHE_ENV}`" in running
 
 
 def test_tolerances_are_arguments():
