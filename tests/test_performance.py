@@ -49,23 +49,25 @@ def _check_blocked_equals_dense(gauge_name, combos, *, unrolled_tiles: bool):
     g = GAUGES[gauge_name](N_BLOCK)
     x = uniform(N_BLOCK, g.d, seed=21)
     assert summation.dense_tile(N_BLOCK, jnp.float64) is None  # the dense field: one n × n matrix
+    cases = []
     for factor_name, normalization, causal, value in combos:
         k = make_kernel(g, FACTORS[factor_name](N_BLOCK), beta=1.7)
         opts = dict(normalization=normalization, causal=causal, value=value)
-        dense_field = dynamics.make_vector_field(k, **opts)
-        blocked_field = dynamics.make_vector_field(k, block_size=8, **opts)
-        dense, blocked = jax.jit(lambda x: (dense_field(x), blocked_field(x)))(x)  # noqa: B023
-        others = [("blocked", blocked)]
-        if unrolled_tiles:
-            with unittest.mock.patch.object(summation, "DENSE_TILE", 4):  # dense by 15 unrolled tile pairs
-                assert summation.dense_tile(N_BLOCK, jnp.float64) == 4
-                others.append(("unrolled tiles", jax.jit(dense_field)(x)))
-        # every row is computed by the same arithmetic (only the matmul tiling may differ): O(e^β)
-        # velocities agree to a few ulps, far inside the 1e-12 acceptance bound
-        for name, field in others:
-            np.testing.assert_allclose(
-                field, dense, rtol=0, atol=1e-12, err_msg=f"{name}: {gauge_name} {factor_name} {opts}"
-            )
+        cases.append((f"{gauge_name} {factor_name} {opts}", dynamics.make_vector_field(k, **opts), opts, k))
+    # every combination in one compiled program (one compilation per gauge, not one per combination)
+    dense = jax.jit(lambda x: [field(x) for _, field, _, _ in cases])(x)
+    others = {"blocked": jax.jit(
+        lambda x: [dynamics.make_vector_field(k, block_size=8, **opts)(x) for _, _, opts, k in cases]
+    )(x)}  # fmt: skip
+    if unrolled_tiles:
+        with unittest.mock.patch.object(summation, "DENSE_TILE", 4):  # dense by 15 unrolled tile pairs
+            assert summation.dense_tile(N_BLOCK, jnp.float64) == 4
+            others["unrolled tiles"] = jax.jit(lambda x: [field(x) for _, field, _, _ in cases])(x)
+    # every row is computed by the same arithmetic (only the matmul tiling may differ): O(e^β)
+    # velocities agree to a few ulps, far inside the 1e-12 acceptance bound
+    for name, fields in others.items():
+        for (label, *_), field, reference in zip(cases, fields, dense, strict=True):
+            np.testing.assert_allclose(field, reference, rtol=0, atol=1e-12, err_msg=f"{name}: {label}")
     k = make_kernel(g, FACTORS["matrix_signed"](N_BLOCK), beta=1.7)
     # energy: 400 O(e^β/β) terms regrouped by row blocks, relative round-off ~1e-15
     np.testing.assert_allclose(summation.energy(k, x, block_size=8), summation.energy(k, x), rtol=1e-12)
