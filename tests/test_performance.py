@@ -53,20 +53,22 @@ def _check_blocked_equals_dense(gauge_name, combos, *, unrolled_tiles: bool):
     for factor_name, normalization, causal, value in combos:
         k = make_kernel(g, FACTORS[factor_name](N_BLOCK), beta=1.7)
         opts = dict(normalization=normalization, causal=causal, value=value)
-        cases.append((f"{gauge_name} {factor_name} {opts}", dynamics.make_vector_field(k, **opts), opts, k))
-    # every combination in one compiled program (one compilation per gauge, not one per combination)
-    dense = jax.jit(lambda x: [field(x) for _, field, _, _ in cases])(x)
-    others = {"blocked": jax.jit(
-        lambda x: [dynamics.make_vector_field(k, block_size=8, **opts)(x) for _, _, opts, k in cases]
-    )(x)}  # fmt: skip
+        cases.append((f"{gauge_name} {factor_name} {opts}", k, opts))
+
+    def fields(**extra):  # every combination in one compiled program, not one each
+        return jax.jit(lambda x: [dynamics.make_vector_field(k, **opts, **extra)(x) for _, k, opts in cases])(
+            x
+        )
+
+    dense, others = fields(), {"blocked": fields(block_size=8)}
     if unrolled_tiles:
         with unittest.mock.patch.object(summation, "DENSE_TILE", 4):  # dense by 15 unrolled tile pairs
             assert summation.dense_tile(N_BLOCK, jnp.float64) == 4
-            others["unrolled tiles"] = jax.jit(lambda x: [field(x) for _, field, _, _ in cases])(x)
+            others["unrolled tiles"] = fields()
     # every row is computed by the same arithmetic (only the matmul tiling may differ): O(e^β)
     # velocities agree to a few ulps, far inside the 1e-12 acceptance bound
-    for name, fields in others.items():
-        for (label, *_), field, reference in zip(cases, fields, dense, strict=True):
+    for name, values in others.items():
+        for (label, _, _), field, reference in zip(cases, values, dense, strict=True):
             np.testing.assert_allclose(field, reference, rtol=0, atol=1e-12, err_msg=f"{name}: {label}")
     k = make_kernel(g, FACTORS["matrix_signed"](N_BLOCK), beta=1.7)
     # energy: 400 O(e^β/β) terms regrouped by row blocks, relative round-off ~1e-15
