@@ -56,9 +56,10 @@ def _check_blocked_equals_dense(gauge_name, combos, *, unrolled_tiles: bool):
         cases.append((f"{gauge_name} {factor_name} {opts}", k, opts))
 
     def fields(**extra):  # every combination in one compiled program, not one each
-        return jax.jit(lambda x: [dynamics.make_vector_field(k, **opts, **extra)(x) for _, k, opts in cases])(
-            x
+        program = jax.jit(
+            lambda x: [dynamics.make_vector_field(k, **opts, **extra)(x) for _, k, opts in cases]
         )
+        return program(x)
 
     dense, others = fields(), {"blocked": fields(block_size=8)}
     if unrolled_tiles:
