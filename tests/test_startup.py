@@ -68,6 +68,11 @@ def test_host_constants_are_jax_arrays_of_the_dtype_not_weakly_typed():
         assert float(profile.c) == np.float64(np.asarray(jnp.exp(-1.5), dtype))  # JAX's e^{-β}
 
 
+def _compiled_names(records) -> list[str]:
+    messages = [r.getMessage() for r in records]
+    return [m.split("Compiling jit(")[1].split(")")[0] for m in messages if m.startswith("Compiling jit(")]
+
+
 @pytest.mark.parametrize(
     "sections",
     [
@@ -82,14 +87,8 @@ def test_building_a_run_compiles_nothing(sections, caplog):
     jax.clear_caches()  # every eager operation would compile again: none may run
     with caplog.at_level(logging.WARNING), jax.log_compiles():
         sim = build(config, streamed=True)
-    compiled = [r.getMessage().split(" with ")[0] for r in caplog.records if "Compiling" in r.getMessage()]
-    assert compiled == []
+    assert _compiled_names(caplog.records) == []
     assert sim.x0.shape == (config.model.n, config.model.d)
-
-
-def _compiled_names(records) -> list[str]:
-    messages = [r.getMessage() for r in records]
-    return [m.split("Compiling jit(")[1].split(")")[0] for m in messages if m.startswith("Compiling jit(")]
 
 
 @pytest.mark.parametrize("method", ["adaptive", "rk4"])
