@@ -13,7 +13,9 @@ a dataclass (a plain function) is its own structure: its program is reused only 
 function object.
 
 ``enable_persistent_cache()`` (the CLI commands call it) keeps compiled programs between processes
-too, in a private user cache folder (``ATTNFLOW_CACHE_DIR`` overrides it).
+too, in a private user cache folder (``ATTNFLOW_CACHE_DIR`` overrides it): JAX's persistent cache,
+and the programs of this cache stored by their key (:mod:`attnflow.numerics.stored_programs`), which
+a later process loads without tracing them.
 
 ``compiled(key, build, args)`` is the one cache of compiled programs in attnflow, bounded to
 ``MAX_PROGRAMS`` (least recently used first out); ``info()`` counts hits and misses (the tests
@@ -32,9 +34,11 @@ from typing import Any
 
 import jax
 
+from attnflow.numerics import stored_programs
+
 MAX_PROGRAMS = 32
 _PROGRAMS: collections.OrderedDict = collections.OrderedDict()
-_COUNTS = {"hits": 0, "misses": 0}
+_COUNTS = {"hits": 0, "misses": 0, "loaded": 0}
 _SCALARS = (bool, int, float, complex, str, type(None))
 
 
@@ -114,7 +118,7 @@ def compiled(key, build: Callable[[], Callable], args: tuple):
         _COUNTS["hits"] += 1
         return _PROGRAMS[full_key], 0.0
     start = time.perf_counter()
-    executable = jax.jit(build()).lower(*args).compile()
+    executable = _stored_or_compiled(full_key, build, args)
     elapsed = time.perf_counter() - start
     _COUNTS["misses"] += 1
     _PROGRAMS[full_key] = executable
@@ -123,15 +127,30 @@ def compiled(key, build: Callable[[], Callable], args: tuple):
     return executable, elapsed
 
 
+def _stored_or_compiled(full_key, build: Callable[[], Callable], args: tuple):
+    """The program loaded from the on-disk store (:mod:`attnflow.numerics.stored_programs`), or
+    compiled (and stored, when a compilation cache folder is set and the key can be written out)."""
+    text = stored_programs.key_text(full_key)
+    path = None if text is None else stored_programs.path_for(text)
+    if path is None:
+        return jax.jit(build()).lower(*args).compile()
+    executable = stored_programs.load(path)
+    if executable is not None:
+        _COUNTS["loaded"] += 1
+        return executable
+    return stored_programs.compile_and_store(path, build, args)
+
+
 def info() -> dict[str, int]:
-    """``{"hits", "misses", "size"}`` of the program cache in this process."""
+    """``{"hits", "misses", "loaded", "size"}`` of the program cache in this process (``loaded``:
+    misses served from the on-disk store instead of compiled)."""
     return {**_COUNTS, "size": len(_PROGRAMS)}
 
 
 def clear() -> None:
     """Forget every compiled program (the counts too)."""
     _PROGRAMS.clear()
-    _COUNTS.update(hits=0, misses=0)
+    _COUNTS.update(hits=0, misses=0, loaded=0)
 
 
 CACHE_ENV = "ATTNFLOW_CACHE_DIR"
