@@ -35,6 +35,7 @@ from attnflow.analysis.shapes import classify_shape
 from attnflow.analysis.theory import energy_max
 from attnflow.core.gauges import Gauge
 from attnflow.core.kernel import Kernel
+from attnflow.numerics import program_cache
 from attnflow.numerics.expansion import expansion_energy
 from attnflow.numerics.summation import energy
 
@@ -84,24 +85,36 @@ def subsample(n: int, size: int) -> np.ndarray:
 
 
 def _snapshot_function(kernel: Kernel, method: str, *, block_size: int | None, tolerance: float):
-    """``x -> (E(x), mean cosine of x, mean cosine of its gauge frame)``: one compiled program
-    (one compilation, or one load from the persistent cache, per run); the kernel's arrays are
-    arguments (not constants baked into the program), its profile (concrete numbers the
-    expansion's degree is chosen from) is closed over."""
+    """``x -> (E(x), mean cosine of x, mean cosine of its gauge frame)``: one compiled program from
+    the program cache (:mod:`attnflow.numerics.program_cache`: compiled once per structure, or
+    loaded from the on-disk store). The kernel is an argument; the expansion's degree follows from
+    β, so its program holds the profile's numbers and they join its key."""
     if method not in ("exact", "expansion"):
         raise ValueError(f"summarize: `energy` must be 'exact' or 'expansion'; got {method!r}.")
-    profile = kernel.profile
+    if method == "expansion":
+        profile = kernel.profile
+        numbers = tuple((jax.typeof(v), float(v)) for v in (profile.beta, profile.c))
+        key = ("snapshot", method, tolerance, profile.kind, numbers)
 
-    def evaluate(gauge, factor, x):
-        k = Kernel(gauge=gauge, factor=factor, profile=profile)
-        if method == "expansion":
-            e = expansion_energy(k, x, tolerance=tolerance)
-        else:
-            e = energy(k, x, block_size=block_size)
-        return e, metrics.mean_cosine(x), metrics.mean_cosine(gauge.apply(x))
+        def energy_of(k: Kernel, x):
+            return expansion_energy(Kernel(k.gauge, k.factor, profile), x, tolerance=tolerance)
+    else:
+        key = ("snapshot", method, block_size)
 
-    compiled = jax.jit(evaluate)
-    return lambda x: tuple(float(v) for v in compiled(kernel.gauge, kernel.factor, x))
+        def energy_of(k: Kernel, x):
+            return energy(k, x, block_size=block_size)
+
+    def build():
+        def evaluate(k: Kernel, x):
+            return energy_of(k, x), metrics.mean_cosine(x), metrics.mean_cosine(k.gauge.apply(x))
+
+        return evaluate
+
+    def measure(x) -> tuple[float, float, float]:
+        executable, _ = program_cache.compiled(key, build, (kernel, x))
+        return tuple(float(v) for v in executable(kernel, x))
+
+    return measure
 
 
 def energy_series(kernel: Kernel, xs, *, block_size: int | None = None) -> np.ndarray:
