@@ -10,11 +10,10 @@ The key names everything the executable depends on: the key's own text (the prob
 every part written out by value: a part that is only known by identity, such as a plain function,
 makes the program one that is not stored), the abstract values of the arguments, the source of
 attnflow (a digest of its files), the versions of JAX and jaxlib, every JAX configuration value
-(but those of logging and caching),
-``XLA_FLAGS``, the devices, the Python version and the machine's CPU features. A file is the
-pickle of the ids of the devices the program runs on and of
-``jax.experimental.serialize_executable.serialize``; it is written atomically, so
-processes may share the folder, and one that cannot be read is removed and compiled again.
+but those of logging and caching, ``XLA_FLAGS``, the devices, the Python version and the
+machine's CPU features. A file is the pickle of the ids of the devices the program runs on and
+of ``jax.experimental.serialize_executable.serialize``; it is written atomically, so processes
+may share the folder, and one that cannot be read is removed and compiled again.
 
 The programs stored here are compiled fresh, never loaded from JAX's cache: on the CPU backend an
 executable that JAX loaded from its cache serializes into one that fails when called. So they are
@@ -23,7 +22,8 @@ same) and JAX is told not to keep them.
 
 The store lives in ``programs/`` inside JAX's compilation cache folder (where JAX's own cache,
 whose entries are the folder's ``*-cache`` files, leaves it alone) and is used whenever that folder
-is set (:func:`attnflow.numerics.program_cache.enable_persistent_cache`, or ``JAX_COMPILATION_CACHE_DIR``).
+is set (:func:`attnflow.numerics.program_cache.enable_persistent_cache`, or
+``JAX_COMPILATION_CACHE_DIR``).
 """
 
 from __future__ import annotations
@@ -97,6 +97,7 @@ def key_text(value) -> str | None:
     return None
 
 
+@functools.cache
 def _cpu_features() -> str:
     """The CPU's feature flags where the platform lists them (Linux), else the machine's name: an
     executable compiled for one CPU may use instructions that another lacks."""
