@@ -9,8 +9,8 @@ without tracing anything.
 The key names everything the executable depends on: the key's own text (the problem's structure,
 every part written out by value: a part that is only known by identity, such as a plain function,
 makes the program one that is not stored), the abstract values of the arguments, the source of
-attnflow (a digest of its files), the versions of JAX and jaxlib, every JAX configuration value
-but those of logging and caching, ``XLA_FLAGS``, the devices, the Python version and the
+attnflow (a digest of its files), the versions of JAX, jaxlib and NumPy, every JAX configuration
+value but those of logging and caching, ``XLA_FLAGS``, the devices, the Python version and the
 machine's CPU features. A file is the pickle of the ids of the devices the program runs on and
 of ``jax.experimental.serialize_executable.serialize``; it is written atomically, so processes
 may share the folder, and one that cannot be read is removed and compiled again.
@@ -128,7 +128,7 @@ def _environment_text() -> str:
     return "\n".join(
         [
             f"python {sys.version}",
-            f"jax {jax.__version__} jaxlib {jaxlib.__version__}",
+            f"jax {jax.__version__} jaxlib {jaxlib.__version__} numpy {np.__version__}",
             f"attnflow source {_source_digest()}",
             f"platform {devices[0].platform} {devices[0].client.platform_version}",
             f"devices {[(device.id, device.device_kind) for device in devices]}",
