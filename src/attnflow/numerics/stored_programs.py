@@ -36,6 +36,7 @@ import os
 import pickle
 import platform
 import sys
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -43,8 +44,6 @@ import jax
 import jaxlib
 import numpy as np
 from jax.experimental import serialize_executable
-
-from attnflow.io.atomic import replacing
 
 FOLDER_NAME = "programs"
 # Set to XLA's default, so the program is unchanged; it only makes JAX's cache key differ from
@@ -195,6 +194,12 @@ def compile_and_store(path: Path, build: Callable[[], Callable], args: tuple):
     except (TypeError, ValueError, AttributeError, pickle.PicklingError, jax.errors.JaxRuntimeError):
         return executable
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with replacing(path) as tmp:
+    # renamed into place, so a reader never sees half a file; not flushed to disk (as
+    # attnflow.io.atomic does for results): a file lost in a crash only costs a compilation
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
         tmp.write_bytes(blob)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return executable
