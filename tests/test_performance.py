@@ -99,7 +99,9 @@ def test_vmapped_seeds_equal_single_runs_blocked():
     field = dynamics.make_vector_field(k, normalization="sa", block_size=8)
     x0 = jnp.stack([uniform(n, 3, seed=s) for s in range(seeds)])
     opts = dict(integrator=integrators.RK4(), dt=0.05, t_end=1.0, save_every=0.5)
-    batch = solve(field, x0, **opts)
+    # workers=1: the batch in this process (the lax.map below), not in spawned worker processes
+    # (processes = this process: test_batch.py, test_solve_workers.py)
+    batch = solve(field, x0, workers=1, **opts)
     assert batch.status == "ok" and batch.xs.shape == (3, seeds, n, 3)
     for s in range(seeds):
         single = solve(field, x0[s], **opts)
@@ -179,8 +181,14 @@ def test_float32_within_documented_bound(setting):
     runs = {}
     for dtype in (jnp.float64, jnp.float32):
         field = dynamics.make_vector_field(kernel(dtype))
-        traj = solve(
-            field, x0.astype(dtype), integrator=integrators.RK4(), dt=0.01, t_end=20.0, save_every=5.0
+        traj = solve(  # both seeds in this process (workers=1): the same results as in processes
+            field,
+            x0.astype(dtype),
+            integrator=integrators.RK4(),
+            dt=0.01,
+            t_end=20.0,
+            save_every=5.0,
+            workers=1,
         )
         assert traj.status == "ok" and traj.xs.dtype == np.dtype(dtype)
         runs[dtype] = traj.xs.astype(np.float64)
@@ -376,7 +384,9 @@ def test_snapshot_groups_give_identical_results():
     k = make_kernel(GAUGES["rope_full_period"](n), FACTORS["distance_bias"](n), beta=1.0)
     field = dynamics.make_vector_field(k)
     x0 = jnp.stack([uniform(n, 3, seed=s) for s in range(2)])
-    opts = dict(integrator=integrators.RK4(), dt=0.02, t_end=1.2, save_every=0.1, noise=0.1)
+    # workers=1: the groups are compiled and run in this process, not in spawned worker processes
+    # (the same grouping code runs there; processes = this process: test_batch.py)
+    opts = dict(integrator=integrators.RK4(), dt=0.02, t_end=1.2, save_every=0.1, noise=0.1, workers=1)
     one = solve(field, x0, snapshots_per_call=1, **opts)
     grouped = solve(field, x0, snapshots_per_call=4, **opts)
     auto = solve(field, x0, **opts)  # tiny problem: the automatic group is the whole run (12 snapshots)

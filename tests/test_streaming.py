@@ -97,6 +97,9 @@ SMALL_RUN = {
 }
 
 
+# four whole runs of 120 and 400 snapshots (figures and store included), two under tracemalloc:
+# about 40 s; the default run keeps solve_streaming's memory test above
+@pytest.mark.slow
 def test_a_run_s_memory_does_not_grow_with_the_snapshots(tmp_path):
     def peak(snapshots: int) -> int:
         config = config_from_dict({**SMALL_RUN, "solver": {**SMALL_RUN["solver"], "t_end": 0.01 * snapshots}})
