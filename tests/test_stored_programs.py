@@ -94,6 +94,7 @@ def test_a_stored_program_loads_and_computes_what_a_fresh_compilation_does(store
     program_cache.clear()
     stored = solve(field, x0, **opts)
     files = sorted(store.glob("*.program"))
+    assert [f.stat().st_mode & 0o777 for f in files] == [0o600]  # private, whatever the umask
     assert len(files) == 1 and program_cache.info() == {"hits": 0, "misses": 1, "loaded": 0, "size": 1}
     program_cache.clear()  # as a new process: only the disk remains
     loaded = solve(_field(n, 3.0), x0, **opts)  # other numbers, the same structure: the same file

@@ -173,7 +173,7 @@ def load(path: Path):
         by_id = {device.id: device for device in jax.devices()}
         devices = [by_id[i] for i in device_ids]
         return serialize_executable.deserialize_and_load(*serialized, execution_devices=devices)
-    except Exception:  # a damaged or foreign file is only a missed shortcut: compile instead
+    except Exception:  # a damaged file is only a missed shortcut: compile instead
         path.unlink(missing_ok=True)
         return None
 
@@ -199,6 +199,7 @@ def compile_and_store(path: Path, build: Callable[[], Callable], args: tuple):
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     try:
         tmp.write_bytes(blob)
+        tmp.chmod(0o600)  # private whatever the umask (a file others may write is not read)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
