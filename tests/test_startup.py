@@ -91,6 +91,19 @@ def test_building_a_run_compiles_nothing(sections, caplog):
     assert sim.x0.shape == (config.model.n, config.model.d)
 
 
+@pytest.fixture
+def no_stored_programs():
+    """No compilation cache folder, hence no stored programs (numerics.stored_programs), during the
+    test: an earlier test's stored program would be loaded, not compiled."""
+    before = jax.config.jax_compilation_cache_dir
+    jax.config.update("jax_compilation_cache_dir", None)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_compilation_cache_dir", before)
+
+
+@pytest.mark.usefixtures("no_stored_programs")
 @pytest.mark.parametrize("method", ["adaptive", "rk4"])
 def test_a_run_compiles_two_programs_before_its_first_snapshot(method, tmp_path, caplog):
     # the metrics of a snapshot (one program) and the solver's time loop (one program): every other
