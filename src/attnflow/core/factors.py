@@ -26,13 +26,13 @@ one class here:
 from __future__ import annotations
 
 import dataclasses
-from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from attnflow.core.host import to_device
+from attnflow.core.pytree import pytree_dataclass
 
 
 class _FactorOperations:
@@ -77,7 +77,7 @@ def _label_tile(factor, idx_i: jax.Array, idx_j: jax.Array, dtype) -> jax.Array:
     return local.rows(jnp.arange(b))[:, b:].astype(dtype)
 
 
-@partial(jax.tree_util.register_dataclass, data_fields=[], meta_fields=["n"])
+@pytree_dataclass(data_fields=[], meta_fields=["n"])
 @dataclasses.dataclass(frozen=True)
 class NoFactor(_FactorOperations):
     """``w = 1``."""
@@ -101,7 +101,7 @@ class NoFactor(_FactorOperations):
         return self  # ones broadcast: cheaper than any table
 
 
-@partial(jax.tree_util.register_dataclass, data_fields=["xi", "slope"], meta_fields=[])
+@pytree_dataclass(data_fields=["xi", "slope"], meta_fields=[])
 @dataclasses.dataclass(frozen=True)
 class DistanceBias(_FactorOperations):
     """ALiBi-type ``w = exp(−m |ξ − ζ|)``, ``m ≥ 0``."""
@@ -135,7 +135,7 @@ class DistanceBias(_FactorOperations):
         return float((n + 2.0 * jnp.sum(partial_sums)) / n**2)
 
 
-@partial(jax.tree_util.register_dataclass, data_fields=["xi", "omega"], meta_fields=[])
+@pytree_dataclass(data_fields=["xi", "omega"], meta_fields=[])
 @dataclasses.dataclass(frozen=True)
 class ToeplitzCos(_FactorOperations):
     """``w = cos(ω (ξ − ζ))``: ``W = F Fᵀ`` with ``F = [cos ωξ, sin ωξ]`` (rank 2)."""
@@ -169,7 +169,7 @@ class ToeplitzCos(_FactorOperations):
         return values, vectors
 
 
-@partial(jax.tree_util.register_dataclass, data_fields=["w"], meta_fields=["nonnegative"])
+@pytree_dataclass(data_fields=["w"], meta_fields=["nonnegative"])
 @dataclasses.dataclass(frozen=True)
 class MatrixFactor(_FactorOperations):
     """Any symmetric ``n × n`` matrix ``w`` (build it with :func:`make_matrix_factor`)."""

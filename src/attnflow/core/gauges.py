@@ -26,11 +26,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnflow.core.host import to_device
+from attnflow.core.pytree import pytree_dataclass
 
 AXES = {"x": (1, 2), "y": (2, 0), "z": (0, 1)}  # generator L_a rotates the plane (i, j) of axis a
 
 
-@partial(jax.tree_util.register_dataclass, data_fields=[], meta_fields=["n", "d"])
+@pytree_dataclass(data_fields=[], meta_fields=["n", "d"])
 @dataclasses.dataclass(frozen=True)
 class IdentityGauge:
     """``Q(ξ) = I`` for every label."""
@@ -49,7 +50,7 @@ class IdentityGauge:
         return _identity_matrices(self.n, self.d)
 
 
-@partial(jax.tree_util.register_dataclass, data_fields=["angles"], meta_fields=["d"])
+@pytree_dataclass(data_fields=["angles"], meta_fields=["d"])
 @dataclasses.dataclass(frozen=True)
 class RoPE:
     """Block rotations by ``angles[i, k] = θ_k ξ_i`` on the pairs ``(2k, 2k+1)``."""
@@ -94,7 +95,7 @@ def _rope_matrices(gauge: RoPE) -> jax.Array:
     return jax.vmap(gauge.apply, in_axes=2, out_axes=2)(eye)
 
 
-@partial(jax.tree_util.register_dataclass, data_fields=["q"], meta_fields=[])
+@pytree_dataclass(data_fields=["q"], meta_fields=[])
 @dataclasses.dataclass(frozen=True)
 class DenseGauge:
     """Arbitrary per-token orthogonal matrices ``q[i] = Q(ξ_i)``."""

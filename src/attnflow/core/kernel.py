@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import dataclasses
-from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -18,12 +17,13 @@ import jax.numpy as jnp
 from attnflow.core.factors import Factor
 from attnflow.core.gauges import Gauge
 from attnflow.core.host import to_device
+from attnflow.core.pytree import pytree_dataclass
 
 PROFILES = ("exp", "linear")
 TIME_SCALES = ("plain", "rescaled")
 
 
-@partial(jax.tree_util.register_dataclass, data_fields=["beta", "c"], meta_fields=["kind"])
+@pytree_dataclass(data_fields=["beta", "c"], meta_fields=["kind"])
 @dataclasses.dataclass(frozen=True)
 class Profile:
     """``φ(t) = (c/β) e^{βt}`` (kind "exp") or ``φ(t) = c t`` (kind "linear")."""
@@ -61,7 +61,7 @@ def make_profile(kind: str = "exp", *, beta: float = 1.0, time_scale: str = "pla
     return Profile(kind=kind, beta=to_device(beta, dtype), c=to_device(c, dtype))
 
 
-@partial(jax.tree_util.register_dataclass, data_fields=["gauge", "factor", "profile"], meta_fields=[])
+@pytree_dataclass(data_fields=["gauge", "factor", "profile"], meta_fields=[])
 @dataclasses.dataclass(frozen=True)
 class Kernel:
     gauge: Gauge
