@@ -25,6 +25,7 @@ from attnflow.numerics.solve import solve
 from attnflow.workflows.run import run
 from helpers_core import uniform
 from test_program_cache import _field
+from test_startup import _compiled_names
 
 
 @pytest.fixture
@@ -152,6 +153,7 @@ from attnflow.numerics.program_cache import enable_persistent_cache
 from attnflow.numerics.solve import solve
 from helpers_core import uniform
 from test_program_cache import _field
+from test_startup import _compiled_names
 
 enable_persistent_cache()
 result = solve(_field(12, 2.0), uniform(12, 3, seed=4), integrator=integrators.Adaptive(rtol=1e-7, atol=1e-9),
@@ -178,11 +180,6 @@ def test_a_new_process_loads_what_an_earlier_one_stored(tmp_path):
     # the time loop is not in JAX's own cache: an executable loaded from there does not serialize back
     assert "jit_program" not in cold["jax_files"] and "jit_program" not in warm["jax_files"]
     assert len(list((tmp_path / "cache" / stored_programs.FOLDER_NAME).glob("*.program"))) == 1
-
-
-def _compiled_names(records) -> list[str]:
-    messages = [r.getMessage() for r in records]
-    return [m.split("Compiling jit(")[1].split(")")[0] for m in messages if m.startswith("Compiling jit(")]
 
 
 def test_a_warm_run_loads_its_programs_without_tracing_them(store, tmp_path, caplog):
