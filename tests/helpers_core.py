@@ -8,6 +8,8 @@ energy series use summation.energy, which test_kernels checks against an indepen
 
 from __future__ import annotations
 
+import contextlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -139,3 +141,15 @@ def mean_cosine(x) -> float:
 def energy_series(kernel, xs) -> np.ndarray:
     """``E`` at every snapshot of ``xs (T, n, d)``."""
     return np.asarray(jax.vmap(lambda x: summation.energy(kernel, x))(jnp.asarray(xs)))
+
+
+@contextlib.contextmanager
+def compilation_cache_folder(folder):
+    """JAX's compilation cache folder, hence attnflow's stored programs (``programs/`` in it), set to
+    ``folder`` inside the block (None: no folder, no stored programs), then put back."""
+    before = jax.config.jax_compilation_cache_dir
+    jax.config.update("jax_compilation_cache_dir", None if folder is None else str(folder))
+    try:
+        yield
+    finally:
+        jax.config.update("jax_compilation_cache_dir", before)

@@ -22,6 +22,7 @@ from attnflow.io.config import config_from_dict
 from attnflow.numerics import program_cache
 from attnflow.workflows.build import build
 from attnflow.workflows.run import run
+from helpers_core import compilation_cache_folder
 
 HEAVY = ("xarray", "pandas", "matplotlib", "dask", "scipy")
 
@@ -95,12 +96,8 @@ def test_building_a_run_compiles_nothing(sections, caplog):
 def no_stored_programs():
     """No compilation cache folder, hence no stored programs (numerics.stored_programs), during the
     test: an earlier test's stored program would be loaded, not compiled."""
-    before = jax.config.jax_compilation_cache_dir
-    jax.config.update("jax_compilation_cache_dir", None)
-    try:
+    with compilation_cache_folder(None):
         yield
-    finally:
-        jax.config.update("jax_compilation_cache_dir", before)
 
 
 @pytest.mark.usefixtures("no_stored_programs")

@@ -23,7 +23,7 @@ from attnflow.numerics import integrators, program_cache, stored_programs
 from attnflow.numerics.program_cache import split_field
 from attnflow.numerics.solve import solve
 from attnflow.workflows.run import run
-from helpers_core import uniform
+from helpers_core import compilation_cache_folder, uniform
 from test_program_cache import _field
 from test_startup import _compiled_names
 
@@ -31,13 +31,11 @@ from test_startup import _compiled_names
 @pytest.fixture
 def store(tmp_path):
     """A compilation cache folder set for the test (the store is ``programs/`` in it), then unset."""
-    before = jax.config.jax_compilation_cache_dir
-    jax.config.update("jax_compilation_cache_dir", str(tmp_path / "cache"))
     program_cache.clear()
     try:
-        yield tmp_path / "cache" / stored_programs.FOLDER_NAME
+        with compilation_cache_folder(tmp_path / "cache"):
+            yield tmp_path / "cache" / stored_programs.FOLDER_NAME
     finally:
-        jax.config.update("jax_compilation_cache_dir", before)
         program_cache.clear()
 
 
@@ -69,29 +67,23 @@ def test_key_text_is_by_value_or_none():
 
 
 def test_no_folder_no_store(tmp_path):
-    before = jax.config.jax_compilation_cache_dir
-    jax.config.update("jax_compilation_cache_dir", None)
-    try:
+    with compilation_cache_folder(None):
         assert stored_programs.folder() is None and stored_programs.path_for("int:1") is None
-        jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+    with compilation_cache_folder(tmp_path):
         assert stored_programs.folder() == tmp_path / stored_programs.FOLDER_NAME
         jax.config.update("jax_enable_compilation_cache", False)  # JAX's cache off: the store too
-        assert stored_programs.folder() is None
-    finally:
-        jax.config.update("jax_compilation_cache_dir", before)
-        jax.config.update("jax_enable_compilation_cache", True)
+        try:
+            assert stored_programs.folder() is None
+        finally:
+            jax.config.update("jax_enable_compilation_cache", True)
 
 
 def test_a_stored_program_loads_and_computes_what_a_fresh_compilation_does(store, tmp_path):
     n, adaptive = 12, integrators.Adaptive(rtol=1e-7, atol=1e-9)
     opts = dict(integrator=adaptive, dt=0.05, t_end=0.4, save_every=0.2)
     field, x0 = _field(n, 2.0), uniform(n, 3, seed=4)
-    before = jax.config.jax_compilation_cache_dir
-    jax.config.update("jax_compilation_cache_dir", None)
-    try:
+    with compilation_cache_folder(None):
         plain = solve(field, x0, **opts)  # no store: compiled as without one
-    finally:
-        jax.config.update("jax_compilation_cache_dir", before)
     program_cache.clear()
     stored = solve(field, x0, **opts)
     files = sorted(store.glob("*.program"))
@@ -151,7 +143,7 @@ import numpy as np
 from attnflow.numerics import integrators, program_cache
 from attnflow.numerics.program_cache import enable_persistent_cache
 from attnflow.numerics.solve import solve
-from helpers_core import uniform
+from helpers_core import compilation_cache_folder, uniform
 from test_program_cache import _field
 from test_startup import _compiled_names
 

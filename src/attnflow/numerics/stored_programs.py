@@ -138,12 +138,12 @@ def _environment_text() -> str:
     )
 
 
-def path_for(key_text_: str) -> Path | None:
+def path_for(text: str) -> Path | None:
     """The file of the program of this key text in this environment (None without a folder)."""
     base = folder()
     if base is None:
         return None
-    name = hashlib.sha256(f"{_environment_text()}\n{key_text_}".encode()).hexdigest()
+    name = hashlib.sha256(f"{_environment_text()}\n{text}".encode()).hexdigest()
     return base / f"{name}.program"
 
 
