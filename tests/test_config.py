@@ -151,18 +151,27 @@ def test_defaults_match_spec():
     }
 
 
-def test_empty_dict_and_empty_file_give_defaults(tmp_path):
+def test_an_empty_dict_gives_defaults_and_an_empty_file_is_refused(tmp_path):
     assert config_from_dict({}) == Config()
-    assert load_config(write(tmp_path, "")) == Config()
+    assert load_config(write(tmp_path, "[model]\n")) == Config()  # a section alone: its defaults
+    with pytest.raises(ConfigError, match=r"the configuration must be at least one \[section\] .*; got 'an empty file'"):
+        load_config(write(tmp_path, ""))
+
+
+FILE_KINDS = [f"{section}.kind=file" for section in ("aux", "gauge", "factor", "init")]
 
 
 def test_spec_example_loads_with_paths_resolved(tmp_path):
-    config = load_config(write(tmp_path, EXAMPLE_TOML))
-    assert config.gauge.kind == "rope"
-    assert config.aux.kind == "positions"
+    config = load_config(write(tmp_path, EXAMPLE_TOML), FILE_KINDS)  # the kinds that read `path`
     assert config.init.center == (0.0, 0.0, 1.0)
     for section, name in [("aux", "xi"), ("gauge", "Q"), ("factor", "W"), ("init", "x0")]:
         assert getattr(config, section).path == str((tmp_path / f"{name}.npy").resolve())
+
+
+def test_spec_example_as_written_is_refused_for_a_path_its_kind_does_not_read(tmp_path):
+    path = write(tmp_path, EXAMPLE_TOML)  # every other key is at its default: accepted
+    with pytest.raises(ConfigError, match=r"`aux\.path` must be left out when `aux\.kind` = 'positions'"):
+        load_config(path)
 
 
 def test_python_users_can_validate_a_dict():
@@ -200,7 +209,8 @@ def test_resolved_dict_round_trips_through_json():
     ],
 )
 def test_override_sets_a_typed_value(tmp_path, override, section, name, expected):
-    config = load_config(write(tmp_path, "[solver]\ndt = 0.01\n"), [override])
+    kinds = '[aux]\nkind = "positions"\n[gauge]\nkind = "rope"\n[init]\nkind = "cap"\n'  # they read the keys
+    config = load_config(write(tmp_path, "[solver]\ndt = 0.01\n" + kinds), [override])
     value = getattr(getattr(config, section), name)
     assert value == expected
     assert type(value) is type(expected)
@@ -246,7 +256,7 @@ def test_unknown_override_key_lists_allowed_keys():
 
 
 def test_override_value_error_names_file_key_and_value(tmp_path):
-    path = write(tmp_path, "")
+    path = write(tmp_path, "[model]\n")
     with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: `model\.n` .* got 1\.$"):
         load_config(path, ["model.n=1"])
 
@@ -511,7 +521,7 @@ def test_relative_paths_resolve_against_the_config_folder(tmp_path, monkeypatch)
 
 def test_override_paths_resolve_against_the_working_directory(tmp_path, monkeypatch):
     (tmp_path / "configs").mkdir()
-    path = write(tmp_path / "configs", "")
+    path = write(tmp_path / "configs", '[aux]\nkind = "file"\n')
     monkeypatch.chdir(tmp_path)
     config = load_config(path, ["aux.path=xi.npy"])
     assert config.aux.path == str((tmp_path / "xi.npy").resolve())

@@ -10,6 +10,11 @@ Relative ``path`` values in a file resolve against the file's folder; those give
 resolve against the working directory. Stored paths are absolute. A pydantic validation error is
 turned into a :class:`~attnflow.io.config_errors.ConfigError` naming the key, the field's
 constraint in words ("a number > 0", "one of 'euler', 'rk4'"), the value and a hint.
+
+Every input is bounded (:mod:`attnflow.io.config_limits`): the file is a regular file of at most
+16 MiB holding at least one setting, values nest at most 16 deep, integer keys hold signed 64-bit
+integers, an override is at most :data:`MAX_OVERRIDE_CHARS` characters. A key that the chosen
+kind does not read is refused (:mod:`attnflow.io.config_unused`).
 """
 
 import difflib
@@ -28,7 +33,15 @@ from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 
 from attnflow.io.config_errors import ConfigError
+from attnflow.io.config_limits import (
+    check_adaptive_snapshots,
+    check_depth,
+    check_integers,
+    depth_error,
+    read_config_bytes,
+)
 from attnflow.io.config_schema import SECTIONS, Config
+from attnflow.io.config_unused import check_unused
 
 __all__ = ["apply_overrides", "config_from_dict", "config_hash", "load_config", "resolved_dict"]
 
@@ -172,24 +185,36 @@ def _bounds(metadata: tuple[Any, ...]) -> str:
 # --- loading, overrides, hashing ----------------------------------------------------------------
 
 
+MAX_OVERRIDE_CHARS = 2**16  # one --set (a few generator matrices fit)
+
+
 def config_from_dict(data: Mapping[str, Any], where: str = "config") -> Config:
     """Validate a plain dict (as read from TOML) into a :class:`Config`; errors as ConfigError."""
+    if isinstance(data, Mapping):
+        check_depth(data, where=where)
     try:
-        return Config.model_validate(data)
+        config = Config.model_validate(data)
     except ValidationError as exc:
         raise _from_validation_error(exc, data, where) from None
+    check_integers(data, SECTIONS, where=where)  # after the fields' own bounds (seeds name theirs)
+    check_adaptive_snapshots(config, where=where)
+    return config
 
 
 def load_config(path: str | PathLike[str], overrides: Iterable[str] = ()) -> Config:
     """Read a TOML config, apply ``"section.key=value"`` overrides, validate.
 
     Relative ``path`` values in the file resolve against the file's folder, those in overrides
-    against the working directory.
+    against the working directory. A key that the chosen kind does not read (``factor.path`` with
+    ``factor.kind = "none"``) is refused, naming the file or ``--set``.
     """
-    file, where = Path(path), str(path)
+    file, where, overrides = Path(path), str(path), list(overrides)
     data = _resolve_paths(_read_toml(file), file.parent)
     data = _resolve_paths(apply_overrides(data, overrides), Path.cwd())
-    return config_from_dict(data, where=where)
+    config = config_from_dict(data, where=where)
+    overridden = {override.partition("=")[0].strip() for override in overrides}
+    check_unused(data, config, where=where, overridden=overridden)
+    return config
 
 
 def apply_overrides(
@@ -212,6 +237,9 @@ def apply_overrides(
 
 
 def _parse_override(override: str, where: str) -> tuple[str, str, Any]:
+    if len(override) > MAX_OVERRIDE_CHARS:
+        limit = f"given in at most {MAX_OVERRIDE_CHARS} characters"
+        raise ConfigError.from_parts(None, limit, f"{len(override)} characters", where=where)
     key, sep, text = override.partition("=")
     key = key.strip()
     if not sep:
@@ -227,28 +255,43 @@ def _parse_override(override: str, where: str) -> tuple[str, str, Any]:
         raise _unknown_key(parts[:1], where)
     if parts[1] not in SECTIONS[parts[0]].model_fields:
         raise _unknown_key(parts, where)
-    return parts[0], parts[1], _parse_value(text.strip())
+    value = _parse_value(text.strip(), key=key, where=where)
+    check_depth(value, where=where, key=key, start=3)  # the file 1, the section 2, the value 3
+    return parts[0], parts[1], value
 
 
-def _parse_value(text: str) -> Any:
+def _parse_value(text: str, *, key: str, where: str) -> Any:
     """A TOML value if ``text`` is one (``1e-3``, ``true``, ``[1, 2]``), else the bare string."""
     try:
         parsed = tomllib.loads(f"value = {text}")
     except tomllib.TOMLDecodeError:
         return text
+    except RecursionError:  # the parser recurses once per nested array
+        raise depth_error(where=where, key=key) from None
     return parsed["value"] if list(parsed) == ["value"] else text
 
 
 def _read_toml(file: Path) -> dict[str, Any]:
+    """The settings of a config file: a regular file of at most 16 MiB, valid TOML, nested at most
+    16 deep, with at least one section."""
+    where = str(file)
+    raw = read_config_bytes(file)
     try:
-        with file.open("rb") as handle:
-            return tomllib.load(handle)
-    except OSError as exc:
-        raise ConfigError.from_parts(
-            None, "a readable TOML file", exc.strerror or str(exc), where=str(file)
-        ) from None
+        data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError.from_parts(None, "valid TOML", str(exc), where=str(file)) from None
+        raise ConfigError.from_parts(None, "valid TOML", str(exc), where=where) from None
+    except RecursionError:  # the parser recurses once per nested array or inline table
+        raise depth_error(where=where) from None
+    check_depth(data, where=where)
+    if not data:
+        raise ConfigError.from_parts(
+            None,
+            "at least one [section] (an empty file would run every default)",
+            "an empty file" if not raw.strip() else "no settings",
+            hint="For example: [model] and, on the next line, n = 64; every key has a default.",
+            where=where,
+        )
+    return data
 
 
 def _resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:

@@ -1,0 +1,136 @@
+"""Keys that the chosen kind does not read: refused, so that a setting never silently does nothing.
+
+``factor.path`` with ``factor.kind = "none"``, ``gauge.omega`` with RoPE or ``solver.atol`` with
+``rk4`` change nothing in the run, yet they change the config's hash (the run folder's name) and
+they say that the writer expects an effect. :data:`IGNORED` lists, for each choice of a selecting
+key (``aux.kind``, ``gauge.kind``, ``factor.kind``, ``init.kind``, ``solver.method``,
+``solver.interaction``, ``gauge.frequencies``), the keys of its section that this choice does not
+read; :func:`check_unused` refuses a key written in the file or by ``--set`` that the chosen value
+ignores, naming the choices that do read it.
+
+Refused rather than warned: the fix is one deleted line, a warning scrolls away while the run
+goes on under a hash that differs from the same run without the key, and an unknown key is refused
+too. What is refused is a key written with a value other than its default: a key written at its
+default (a file that lists every key, as the reference does) changes neither the run nor the hash.
+Only keys written are checked, only when the config is loaded from a file (``load_config``: a
+sweep's grid points, built from a checked base, may change a kind), and only keys listed here: a
+section or key this table does not name is never refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from attnflow.io.config_errors import ConfigError
+
+__all__ = ["IGNORED", "LIST", "check_unused"]
+
+LIST = "a list"  # the choice of `gauge.frequencies` when it is an explicit list
+
+_GAUGE_PARAMETERS = ("frequencies", "base", "axes", "generators", "rates", "omega", "seed", "path")
+
+# (section, selecting key) -> {choice: keys of the section that this choice does not read}; every
+# choice is listed (the hint names the choices that read a key)
+IGNORED: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {
+    ("aux", "kind"): {
+        "none": ("spacing", "n_prompts", "assignment", "seed", "path"),
+        "positions": ("n_prompts", "assignment", "seed", "path"),
+        "prompts": ("spacing", "path"),
+        "file": ("spacing", "n_prompts", "assignment", "seed"),
+    },
+    ("gauge", "kind"): {
+        "none": _GAUGE_PARAMETERS,
+        "rope": ("axes", "generators", "rates", "omega", "seed", "path"),
+        "generalized_rope": ("frequencies", "base", "seed", "path"),
+        "prompt": ("frequencies", "base", "axes", "generators", "rates", "omega", "path"),
+        "file": tuple(key for key in _GAUGE_PARAMETERS if key != "path"),
+    },
+    ("gauge", "frequencies"): {  # RoPE's base only sets the 'roformer' frequencies
+        "roformer": (),
+        "full_period": ("base",),
+        LIST: ("base",),
+    },
+    ("factor", "kind"): {
+        "none": ("slope", "omega", "path"),
+        "distance_bias": ("omega", "path"),
+        "toeplitz_cos": ("slope", "path"),
+        "file": ("slope", "omega"),
+    },
+    ("init", "kind"): {  # init.seed is read by every kind: it also seeds the noise
+        "uniform": ("center", "sigma", "rho0", "path"),
+        "cap": ("rho0", "path"),
+        "equiangular": ("center", "sigma", "path"),
+        "file": ("center", "sigma", "rho0"),
+    },
+    ("solver", "method"): {
+        "euler": ("rtol", "atol"),
+        "rk4": ("rtol", "atol"),
+        "geodesic_rk4": ("rtol", "atol"),
+        "adaptive": (),
+    },
+    ("solver", "interaction"): {
+        "exact": ("tolerance",),
+        "expansion": (),
+        "auto": (),
+    },
+}
+
+# a selector that only matters under a choice of another key: (section, key) -> (key, choices)
+_ONLY_UNDER = {("gauge", "frequencies"): ("kind", ("rope",))}
+
+
+def _choice(value: Any) -> Any:
+    return value if isinstance(value, str) else LIST
+
+
+def check_unused(
+    data: Mapping[str, Any],
+    config: Any,
+    *,
+    where: str,
+    overridden: Collection[str] = (),
+    override_where: str = "--set",
+) -> None:
+    """Refuse a key written in ``data`` (the merged file and ``--set`` values), with a value other
+    than its default, that ``config``'s chosen kind ignores. ``overridden``: the dotted keys given by ``--set`` (reported for
+    ``override_where``; the others for ``where``, the file)."""
+    for (section, selector), table in IGNORED.items():
+        written = data.get(section)
+        if not isinstance(written, Mapping):
+            continue
+        settings = getattr(config, section, None)
+        if settings is None:
+            continue
+        guard = _ONLY_UNDER.get((section, selector))
+        if guard is not None and getattr(settings, guard[0]) not in guard[1]:
+            continue  # the selector itself is ignored (and reported as such, if written)
+        choice = _choice(getattr(settings, selector))
+        fields = type(settings).model_fields
+        for name in table.get(choice, ()):
+            if name in written and name in fields and getattr(settings, name) != fields[name].default:
+                raise _unused_error(
+                    section, selector, choice, name, written[name], table,
+                    where=override_where if f"{section}.{name}" in overridden else where,
+                )  # fmt: skip
+
+
+def _unused_error(
+    section: str, selector: str, choice: Any, name: str, value: Any, table: Mapping[str, Any], *, where: str
+) -> ConfigError:
+    readers = [repr(other) for other, ignored in table.items() if name not in ignored and other != LIST]
+    shown = "a list" if choice == LIST else repr(choice)
+    hint = "Remove it."
+    if readers:
+        hint = f"Remove it; it is read when `{section}.{selector}` is {_either(readers)}."
+    return ConfigError.from_parts(
+        f"{section}.{name}",
+        f"left out when `{section}.{selector}` = {shown} (which does not read it)",
+        value,
+        hint=hint,
+        where=where,
+    )
+
+
+def _either(choices: list[str]) -> str:
+    return choices[0] if len(choices) == 1 else ", ".join(choices[:-1]) + " or " + choices[-1]
