@@ -154,7 +154,8 @@ def test_defaults_match_spec():
 def test_an_empty_dict_gives_defaults_and_an_empty_file_is_refused(tmp_path):
     assert config_from_dict({}) == Config()
     assert load_config(write(tmp_path, "[model]\n")) == Config()  # a section alone: its defaults
-    with pytest.raises(ConfigError, match=r"the configuration must be at least one \[section\] .*; got 'an empty file'"):
+    empty = r"the configuration must be at least one \[section\] .*; got 'an empty file'"
+    with pytest.raises(ConfigError, match=empty):
         load_config(write(tmp_path, ""))
 
 

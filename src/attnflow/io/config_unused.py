@@ -93,8 +93,8 @@ def check_unused(
     override_where: str = "--set",
 ) -> None:
     """Refuse a key written in ``data`` (the merged file and ``--set`` values), with a value other
-    than its default, that ``config``'s chosen kind ignores. ``overridden``: the dotted keys given by ``--set`` (reported for
-    ``override_where``; the others for ``where``, the file)."""
+    than its default, that ``config``'s chosen kind ignores. ``overridden``: the dotted keys given
+    by ``--set`` (reported for ``override_where``; the others for ``where``, the file)."""
     for (section, selector), table in IGNORED.items():
         written = data.get(section)
         if not isinstance(written, Mapping):
