@@ -1,6 +1,9 @@
 """An animation of a run: the tokens moving on the sphere, the content ``x`` beside the gauge frame
-``u = Q(xi) x`` (when the run has a gauge), coloured by the label's phase, one frame per shown
-snapshot. GIF through Pillow (matplotlib's own dependency); MP4 needs ``ffmpeg`` on the PATH.
+``u = Q(xi) x`` (when the run has a gauge), coloured by the label on the colour map of every attnflow
+picture (:mod:`attnflow.viz.colours`, with its colour bar), one frame per shown snapshot. The panels
+are those of the run's figures (:func:`attnflow.viz.plotting.draw_sphere`: a faint wireframe, no
+axes); dimensions above 3 show the first three coordinates, as the viewer does. GIF through Pillow
+(matplotlib's own dependency); MP4 needs ``ffmpeg`` on the PATH.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ from matplotlib.animation import FFMpegWriter, FuncAnimation, PillowWriter
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from attnflow.analysis.distances import label_phase
 from attnflow.io.store import spread
+from attnflow.viz.colours import LABEL_CMAP
+from attnflow.viz.plotting import draw_sphere
 from attnflow.viz.viewer import first_three
 
 __all__ = ["FORMATS", "check_format", "write_animation"]
@@ -51,16 +55,21 @@ def write_animation(
     if stored.stored_gauge is not None:
         u = stored.gauge_frame(x, tokens)
         panels.append(("gauge frame u = Q(ξ) x", first_three(u)))
-    phase = label_phase(np.asarray(stored.xi).reshape(len(stored.xi), -1)[:, 0])[tokens]
-    fig = Figure(figsize=(4.2 * len(panels) + 0.8, 4.4), layout="constrained")
+    labels = np.asarray(stored.xi).reshape(len(stored.xi), -1)[:, 0][tokens]
+    fig = Figure(figsize=(3.6 * len(panels) + 0.9, 4.0), layout="constrained")
     FigureCanvasAgg(fig)
-    axes = [fig.add_subplot(1, len(panels), k + 1, projection="3d") for k in range(len(panels))]
     dots = []
-    for ax, (name, points) in zip(axes, panels, strict=True):
-        dots.append(ax.scatter(*points[0].T, c=phase, cmap="twilight", vmin=0, vmax=1, s=6, depthshade=True))
-        ax.set(xlim=(-1, 1), ylim=(-1, 1), zlim=(-1, 1), title=name)
-        ax.set_box_aspect((1, 1, 1))
-    fig.colorbar(dots[0], ax=axes, shrink=0.7, label="label phase (position i/n or prompt k/K)")
+    for k, (name, points) in enumerate(panels):
+        ax = draw_sphere(
+            fig.add_subplot(1, len(panels), k + 1, projection="3d"),
+            points[0],
+            color=labels,
+            cmap=LABEL_CMAP,
+            title=name,
+            color_label="label ξ" if k == len(panels) - 1 else None,  # one bar: both panels share it
+        )
+        dots.append(ax.collections[-1])
+        dots[-1].set_clim(float(labels.min()), float(labels.max()))
     heading = fig.suptitle("")
 
     def show(k: int):

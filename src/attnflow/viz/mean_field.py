@@ -1,8 +1,8 @@
-"""The empirical laws of one setting at growing n, and their distances (``workflows.mean_field``).
-
-One row per setting: the final tokens at each size as (azimuth, height) of a token subsample,
-coloured by the label's phase, and a last panel with the sliced W1 distance between successive
-sizes against the smaller size, with the ``m^{-1/2}`` slope of independent samples for reference.
+"""The empirical laws of one setting at growing n, and their distances (``workflows.mean_field``). One
+row per setting: the final tokens at each size as (azimuth, height) of a token subsample, coloured
+by the label (the colour map of every attnflow picture, :mod:`attnflow.viz.colours`), and a last
+panel with the sliced W1 distance between successive sizes against the smaller size, with the
+``m^{-1/2}`` slope of independent samples for reference.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from attnflow.analysis.distances import label_phase
+from attnflow.viz.colours import LABEL_CMAP, label_scale
 from attnflow.viz.plotting import save_figure
 
 __all__ = ["plot_laws"]
@@ -24,9 +24,9 @@ SUBSAMPLE = 3000  # tokens drawn per panel
 
 def _panel(ax, law, rng) -> object:
     keep = np.sort(rng.choice(law.n, size=min(SUBSAMPLE, law.n), replace=False))
-    x, phase = law.x[keep], label_phase(law.xi)[keep]
+    x, phase = law.x[keep], label_scale(law.xi)[keep]
     azimuth = np.arctan2(x[:, 1], x[:, 0])
-    dots = ax.scatter(azimuth, x[:, 2], c=phase, cmap="twilight", vmin=0, vmax=1, s=2, rasterized=True)
+    dots = ax.scatter(azimuth, x[:, 2], c=phase, cmap=LABEL_CMAP, vmin=0, vmax=1, s=2, rasterized=True)
     ax.set_xlim(-np.pi, np.pi)
     ax.set_ylim(-1.05, 1.05)
     ax.set_title(f"{law.setting}, n = {law.n:,}", fontsize=9)
@@ -62,5 +62,7 @@ def plot_laws(laws: Sequence, rows: Sequence[Mapping], path: str | Path) -> Path
         ax.set_title(f"{setting}: sliced W1", fontsize=9)
         ax.set_xlabel("n (smaller size)" if r == len(settings) - 1 else "")
     if dots is not None:
-        fig.colorbar(dots, ax=grid[:, :-1], label="label phase s (position i/n or prompt k/K)", shrink=0.8)
+        fig.colorbar(
+            dots, ax=grid[:, :-1], label="label ξ, from its smallest (0) to its largest (1) value", shrink=0.8
+        )
     return save_figure(fig, path)

@@ -15,15 +15,18 @@ Two layers:
 Figures are built as :class:`matplotlib.figure.Figure` objects with an explicit Agg canvas
 (matplotlib is imported when the first one is made, not with this module): no pyplot, no global
 backend switch, nothing is displayed, and nothing stays registered after a ``write_*`` function
-returns. Each figure is drawn once, by ``savefig``: margins are fixed in inches when the figure
-is laid out (no ``tight_layout`` pass, which draws the whole figure to measure it), titles sit at
-a fixed height, grids of states get smaller panels than a run's own figure, and scatters are
-rasterised. Array names follow the rest of attnflow: ``x (n, d)`` content positions, ``u (n, d)``
-gauge frame, ``xs``/``us (T, n, d)`` snapshots, ``ts (T,)`` times.
+returns. Figures are laid out by matplotlib's constrained layout, which measures every tick label,
+axis label, title and colour bar with the renderer and moves the panels so that none of them
+overlaps another panel or leaves the figure, whatever the number of panels, ``d`` and ``n`` (a test
+checks the bounding boxes); titles sit at a fixed height, grids of states get smaller panels than a
+run's own figure, and scatters are rasterised. Array names follow the rest of attnflow: ``x (n, d)``
+content positions, ``u (n, d)`` gauge frame, ``xs``/``us (T, n, d)`` snapshots, ``ts (T,)`` times.
 
-Colour: a scatter coloured by values (the label ``ξ``, a position, a prompt id) gets a colour bar
-named by ``color_label``, so a reader knows what the colour is. Curves of different runs on one
-Axes get distinct colours (:func:`curve_colours`: ``tab10``, then ``tab20`` past ten curves).
+Colour: a scatter coloured by values (the label ``ξ``, a position, a prompt id) uses the one colour
+map of the label (:data:`attnflow.viz.colours.LABEL_CMAP`, also that of the movie and the viewer)
+and gets a colour bar named by ``color_label``, so a reader knows what the colour is. Curves of
+different runs on one Axes get distinct colours (:func:`curve_colours`: ``tab10``, then ``tab20``
+past ten curves).
 
 Vector output: every ``write_*`` function writes a PNG (the reports embed it) and, on request, the
 same figure as SVG and/or PDF next to it. Ask through ``formats=("png", "svg")`` on the write
@@ -43,6 +46,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import ArrayLike
+
+from attnflow.viz.colours import LABEL_CMAP
 
 if TYPE_CHECKING:  # matplotlib itself is imported when a figure is made: `import attnflow` stays light
     from matplotlib.axes import Axes
@@ -70,9 +75,6 @@ _PANEL_INCHES = 3.6  # a run's own states figure
 _GRID_PANEL_INCHES = 2.4  # each panel of a grid of states (the reproduce report's comparisons)
 _TITLE_INCHES = 0.45  # room for a two-line panel title at fontsize 10
 _MARKER_SIZE = 10.0
-# Margins of a figure with line plots, in inches (left, right, bottom, top): room for tick labels,
-# axis labels and a one-line title, without a layout pass.
-_LINE_MARGINS = (0.8, 0.2, 0.55, 0.35)
 _TARGET_KINDS = ("sphere", "orbit")
 FORMATS = ("png", "svg", "pdf")
 """The file formats the ``write_*`` functions can write (PNG always; the others on request)."""
@@ -141,7 +143,7 @@ def draw_sphere(
     x: ArrayLike,
     *,
     color: ArrayLike | None = None,
-    cmap: str = "viridis",
+    cmap: str = LABEL_CMAP,
     title: str | None = None,
     axis_limits: float = 1.05,
     color_label: str | None = None,
@@ -202,6 +204,10 @@ def _colour_bar(ax: Axes, mappable: Any, label: str | None) -> None:
     values = np.unique(np.asarray(mappable.get_array(), dtype=float))
     if values.size <= 12 and np.all(values == np.round(values)):  # a few ids: one tick each, no 0.5
         bar.set_ticks(values, labels=[f"{v:g}" for v in values])
+    else:  # at most five ticks: labels of a narrow bar never touch
+        from matplotlib.ticker import MaxNLocator
+
+        bar.locator = MaxNLocator(nbins=4)
     bar.set_label(label, fontsize=7)
     bar.ax.tick_params(labelsize=6)
 
@@ -234,7 +240,7 @@ def draw_projection(
     x: ArrayLike,
     *,
     color: ArrayLike | None = None,
-    cmap: str = "viridis",
+    cmap: str = LABEL_CMAP,
     title: str | None = None,
     color_label: str | None = None,
 ) -> Axes:
@@ -287,7 +293,7 @@ def draw_state(
     *,
     color: ArrayLike | None = None,
     title: str | None = None,
-    cmap: str = "viridis",
+    cmap: str = LABEL_CMAP,
     color_label: str | None = None,
 ) -> Axes:
     """Add a subplot at ``position`` to ``fig`` and draw the state ``x (n, d)`` on it.
@@ -337,28 +343,22 @@ def draw_series(
 # --------------------------------------------------------------------------- write_*
 
 
-def _new_figure(width: float, height: float, *, margins: tuple[float, ...] = _LINE_MARGINS) -> Figure:
-    """A figure of ``width × height`` inches whose subplots leave ``margins`` (left, right, bottom,
-    top; inches) free."""
+def _new_figure(width: float, height: float) -> Figure:
+    """A figure of ``width × height`` inches with an Agg canvas, laid out by constrained layout (the
+    panels move so that their labels, titles and colour bars neither overlap nor leave the figure)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(width, height))
+    fig = Figure(figsize=(width, height), layout="constrained")
+    fig.get_layout_engine().set(w_pad=0.04, h_pad=0.04, wspace=0.02, hspace=0.02)
     FigureCanvasAgg(fig)
-    left, right, bottom, top = margins
-    fig.subplots_adjust(
-        left=left / width, right=1 - right / width, bottom=bottom / height, top=1 - top / height
-    )
     return fig
 
 
 def _state_grid(nrows: int, ncols: int, panel: float, *, right: float = 0.0) -> Figure:
     """A figure for ``nrows × ncols`` state panels of ``panel`` inches, each under a two-line title,
-    with ``right`` inches free on the right (for the label of a colour bar)."""
-    width, height = ncols * panel + right, nrows * (panel + _TITLE_INCHES)
-    fig = _new_figure(width, height, margins=(0.0, right, 0.0, _TITLE_INCHES))
-    fig.subplots_adjust(wspace=0.02, hspace=_TITLE_INCHES / panel)
-    return fig
+    with ``right`` more inches per column (for a colour bar and its label)."""
+    return _new_figure(ncols * (panel + right), nrows * (panel + _TITLE_INCHES))
 
 
 def figure_formats(formats: Sequence[str] | None = None) -> tuple[str, ...]:
@@ -468,7 +468,7 @@ def write_run_figures(
     bar = None if color is None else color_label
 
     rows = [("content", content)] + ([] if gauge is None else [("gauge frame", gauge)])
-    fig = _state_grid(len(rows), 2, _PANEL_INCHES, right=0.0 if bar is None else 0.35)
+    fig = _state_grid(len(rows), 2, _PANEL_INCHES, right=0.0 if bar is None else 0.6)
     for r, (frame, states) in enumerate(rows):
         for c, (k, t) in enumerate(((0, t0), (-1, t1))):
             panel = f"{head if r == c == 0 else ''}{frame}, t = {t:g}"
@@ -489,7 +489,7 @@ def write_run_figures(
     cosines = [key for key in _COSINE_KEYS if _has_data(series, key)]
     has_n_eff = _has_data(series, _N_EFF_KEY)
     if cosines or has_n_eff:
-        fig = _new_figure(5.5, 3.6, margins=(0.8, 0.8, 0.55, 0.35))  # room for the n_eff axis
+        fig = _new_figure(5.5, 3.6)
         ax = fig.add_subplot(1, 1, 1)
         for key in cosines:
             draw_series(ax, times, series[key], label=key, ylabel="mean cosine")
@@ -547,7 +547,7 @@ def write_comparison_figure(
     cols = min(cols, len(panels))
     nrows = math.ceil(len(panels) / cols)
     bars = any(panel.get("color_label") is not None for panel in panels)
-    fig = _state_grid(nrows, cols, _GRID_PANEL_INCHES, right=0.35 if bars else 0.0)
+    fig = _state_grid(nrows, cols, _GRID_PANEL_INCHES, right=0.5 if bars else 0.0)
     for i, panel in enumerate(panels):
         ax = draw_state(
             fig,
@@ -631,8 +631,7 @@ def write_series_panels(
     cols = min(ncols, len(groups))
     nrows = math.ceil(len(groups) / cols)
     panel_w, panel_h = 3.4, 2.5
-    fig = _new_figure(cols * panel_w, nrows * panel_h, margins=(0.7, 0.15, 0.5, 0.3))
-    fig.subplots_adjust(wspace=0.45, hspace=0.6)
+    fig = _new_figure(cols * panel_w, nrows * panel_h)
     for g, (title, curves) in enumerate(groups):
         ax = fig.add_subplot(nrows, cols, g + 1)
         colours = curve_colours(len(curves))
@@ -682,8 +681,8 @@ def write_target_figure(
             )
         same_n = tgt.shape[0] == got.shape[0]
         index = np.arange(tgt.shape[0], dtype=float) if same_n else None
-        fig = _state_grid(1, 2, _PANEL_INCHES)
         bar = None if index is None else "token index i"
+        fig = _state_grid(1, 2, _PANEL_INCHES, right=0.0 if bar is None else 0.6)
         draw_state(fig, (1, 2, 1), tgt, color=index, title=f"target (n = {tgt.shape[0]})", color_label=bar)
         draw_state(fig, (1, 2, 2), got, color=index, title=f"realised (n = {got.shape[0]})", color_label=bar)
         return _save(fig, Path(path), formats)

@@ -3,8 +3,13 @@ time slider; the content ``x`` beside the gauge frame ``u = Q(xi) x`` when the r
 
 The page holds everything it shows (no network, no library): positions of a token subsample at a
 subsample of the snapshots, as 16-bit integers in base64, and a small canvas renderer. Colour is
-the label's phase (position ``i/n`` or prompt ``k/K``) on a colour wheel. Dimensions above 3 show
-the first three coordinates; ``d = 2`` lies on the equator.
+the label on the colour map of every attnflow picture (:mod:`attnflow.viz.colours`), with a key
+naming the label's range. Dimensions above 3 show the first three coordinates; ``d = 2`` lies on
+the equator.
+
+The page is the template ``viewer.html`` with its three fields ``__TITLE__``, ``__LEGEND__`` and
+``__DATA__`` filled in one pass over the template (:func:`fill_template`): text put into one field
+is never searched for another, so a run folder named ``__DATA__`` stays a title.
 """
 
 from __future__ import annotations
@@ -12,20 +17,38 @@ from __future__ import annotations
 import base64
 import html
 import json
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
-from attnflow.analysis.distances import label_phase
 from attnflow.io import store
 from attnflow.io.atomic import write_text
+from attnflow.viz.colours import LABEL_STOPS, label_scale
 
-__all__ = ["first_three", "read_run", "viewer_html", "write_run_viewer", "write_viewer"]
+__all__ = ["fill_template", "first_three", "read_run", "viewer_html", "write_run_viewer", "write_viewer"]
 
 MAX_TOKENS = 1000
 MAX_FRAMES = 101
+_FIELD = re.compile(r"__([A-Z]+)__")
+
+
+def fill_template(template: str, fields: Mapping[str, str]) -> str:
+    """``template`` with every ``__NAME__`` replaced by ``fields[NAME]``, in one pass: the values
+    are inserted as they are and never searched again. Raises ``ValueError`` naming a field of the
+    template that ``fields`` lacks."""
+
+    def value(match: re.Match) -> str:
+        name = match.group(1)
+        if name not in fields:
+            raise ValueError(
+                f"viewer: the template's field `__{name}__` must be given; got {sorted(fields)!r}."
+            )
+        return fields[name]
+
+    return _FIELD.sub(value, template)
 
 
 def first_three(xs: np.ndarray) -> np.ndarray:
@@ -60,23 +83,32 @@ def viewer_html(
         panels.append("gauge frame u = Q(ξ) x")
         stacks.append(gauge_frame(x, tokens))
     scaled = np.round(np.clip(first_three(np.stack(stacks)), -1.0, 1.0) * 32767).astype("<i2")
+    labels = np.asarray(xi).reshape(len(xi), -1)[:, 0][tokens]
     data = {
         "panels": panels,
         "times": [round(float(t), 10) for t in np.asarray(ts)[frames]],
-        "phase": [round(float(p), 4) for p in label_phase(np.asarray(xi).reshape(len(xi), -1)[:, 0])[tokens]],
+        "phase": [round(float(p), 4) for p in label_scale(labels)],
+        "stops": list(LABEL_STOPS),
         "positions": base64.b64encode(scaled.tobytes()).decode("ascii"),
     }
     tokens_shown = f"{len(tokens)} of {n_tokens or xs.shape[1]} tokens"
     shown = f"{tokens_shown}, {len(frames)} of {n_snapshots or len(ts)} snapshots"
-    legend = (
-        f"{html.escape(shown)}; colour: the label's phase (position i/n or prompt k/K) on a colour wheel."
-        + (" d &gt; 3: the first three coordinates." if xs.shape[-1] > 3 else "")
+    legend = f"{html.escape(shown)}." + (
+        " d &gt; 3: the first three coordinates." if xs.shape[-1] > 3 else ""
     )
+    low, high = (float(np.min(labels)), float(np.max(labels))) if len(labels) else (0.0, 0.0)
     template = resources.files("attnflow.viz").joinpath("viewer.html").read_text(encoding="utf-8")
-    return (
-        template.replace("__TITLE__", html.escape(title))
-        .replace("__LEGEND__", legend)
-        .replace("__DATA__", json.dumps(data).replace("</", "<\\/"))
+    return fill_template(
+        template,
+        {
+            "TITLE": html.escape(title),
+            "LEGEND": legend,
+            "KEY": (
+                f'<span>label ξ: {low:g}</span><span class="ramp" style="background: linear-gradient('
+                f'to right, {", ".join(LABEL_STOPS)})"></span><span>{high:g}</span>'
+            ),
+            "DATA": json.dumps(data).replace("</", "<\\/"),
+        },
     )
 
 

@@ -1,0 +1,189 @@
+"""Every kind of figure attnflow draws, on small data, has no clipped or overlapping text, no label
+on another panel, and a key for each colour mapping (bounding boxes from matplotlib's renderer:
+tests/figure_layout.py). Sizes cover d = 2 ... 128, labels up to 10^6 and 1 ... 16 panels."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from attnflow.viz import plotting
+from attnflow.viz.colours import LABEL_CMAP, LABEL_STOPS, label_scale
+from figure_layout import capture_figures, layout_problems
+
+T = 4
+
+
+def _unit(shape, seed=0):
+    g = np.random.default_rng(seed).standard_normal(shape)
+    return g / np.linalg.norm(g, axis=-1, keepdims=True)
+
+
+def _series(ts):
+    return {
+        "energy": 1.0 - np.exp(-ts),
+        "mean_cosine": 1.0 - 0.9 * np.exp(-ts),
+        "gauge_mean_cosine": 1.0 - 0.8 * np.exp(-ts),
+        "n_eff": np.linspace(40, 1, ts.size),
+    }
+
+
+def _assert_clean(saved):
+    assert saved, "no figure was saved"
+    problems = [p for _, found in saved for p in found]
+    assert problems == []
+
+
+# --------------------------------------------------------------------------- the checker can fail
+
+
+def _bad_figure() -> Figure:
+    """Two panels whose colour bar's label sits over the next panel, as states.png had."""
+    fig = Figure(figsize=(6, 3))
+    FigureCanvasAgg(fig)
+    fig.subplots_adjust(left=0.0, right=1.0, wspace=0.02)
+    a, b = fig.subplots(1, 2)
+    dots = a.scatter([0, 1], [0, 1], c=[0, 1000])
+    bar = fig.colorbar(dots, ax=a, fraction=0.05, pad=0.02)
+    bar.set_label("label ξ")
+    b.set_ylabel("PC 2")
+    b.scatter([0, 1], [0, 1], c=[0, 5])  # coloured by values, no key
+    fig.canvas.draw()
+    return fig
+
+
+def test_the_checker_finds_clipped_overlapping_and_unkeyed_figures():
+    problems = layout_problems(_bad_figure())
+    kinds = {p.split(":")[0] for p in problems}
+    assert {"clipped", "on another panel", "no key"} <= kinds, problems
+
+
+def test_the_checker_passes_a_figure_laid_out_by_constrained_layout():
+    fig = Figure(figsize=(6, 3), layout="constrained")
+    FigureCanvasAgg(fig)
+    a, b = fig.subplots(1, 2)
+    fig.colorbar(a.scatter([0, 1], [0, 1], c=[0, 1000]), ax=a, label="label ξ")
+    b.plot([0, 1], [0, 1e-40])
+    b.set(yscale="log", ylabel="gap")
+    fig.canvas.draw()
+    assert layout_problems(fig) == []
+
+
+# --------------------------------------------------------------------------- plotting.py
+
+
+@pytest.mark.parametrize(
+    ("d", "n", "gauge"), [(2, 16, False), (3, 64, True), (5, 40, True), (64, 200, True), (128, 30, False)]
+)
+def test_run_figures_hold_their_layout(tmp_path, monkeypatch, d, n, gauge):
+    ts = np.linspace(0.0, 10.0, T)
+    xs = _unit((T, n, d))
+    color = np.linspace(0.0, 1e6 if d == 128 else n - 1, n)  # long tick labels at d = 128
+    with capture_figures(monkeypatch) as saved:
+        plotting.write_run_figures(
+            tmp_path, ts=ts, xs=xs, us=xs if gauge else None, color=color, series=_series(ts),
+            title="examples/rope.toml, seed 0", energy_max=1.0,
+        )  # fmt: skip
+    assert len(saved) == 3
+    _assert_clean(saved)
+
+
+@pytest.mark.parametrize(("count", "d"), [(1, 3), (4, 3), (7, 5), (16, 3), (16, 64)])
+def test_comparison_grids_of_1_to_16_panels_hold_their_layout(tmp_path, monkeypatch, count, d):
+    n = 30
+    panels = [
+        {
+            "x": _unit((n, d), seed=k),
+            "color": np.arange(n, dtype=float),
+            "title": f"E{k}: a setting, n={n}, seed 0\ncontent, τ = 20",
+            "color_label": "position i" if k % 4 == 3 or k == count - 1 else None,
+        }
+        for k in range(count)
+    ]
+    with capture_figures(monkeypatch) as saved:
+        plotting.write_comparison_figure(tmp_path / "c.png", panels, ncols=min(count, 4))
+    _assert_clean(saved)
+
+
+@pytest.mark.parametrize("groups", [1, 6, 16])
+def test_series_panels_on_log_axes_hold_their_layout(tmp_path, monkeypatch, groups):
+    ts = np.linspace(0.0, 10.0, 20)
+    curves = [
+        (
+            f"E{g}: (E_max − E)/E_max",
+            [(f"E{g}-a, n=128", ts, 10.0 ** (-6 * ts * (g + 1))), ("b, n=256", ts, 10**-ts)],
+        )
+        for g in range(groups)
+    ]
+    with capture_figures(monkeypatch) as saved:
+        plotting.write_series_panels(tmp_path / "e.png", curves, ylabel="(E_max − E)/E_max", logy=True)
+        plotting.write_series_figure(tmp_path / "s.png", curves[0][1], ylabel="mean cosine", title="E0")
+    _assert_clean(saved)
+
+
+@pytest.mark.parametrize("d", [3, 5])
+def test_target_figures_hold_their_layout(tmp_path, monkeypatch, d):
+    with capture_figures(monkeypatch) as saved:
+        plotting.write_target_figure(tmp_path / "s.png", _unit((200, d)), _unit((200, d), 1), kind="sphere")
+        angles = np.linspace(0, 6, 50)
+        plotting.write_target_figure(tmp_path / "o.png", angles, angles + 0.1, kind="orbit")
+    _assert_clean(saved)
+
+
+# --------------------------------------------------------------------------- the movie, the other figures
+
+
+def test_the_animation_frames_hold_their_layout_and_key_the_label(tmp_path, monkeypatch):
+    from attnflow.viz.animation import write_animation
+    from test_viewer import _stored  # a small stored run with a gauge
+
+    stored = _stored(frames=6)
+    with capture_figures(monkeypatch) as saved:
+        write_animation(stored, tmp_path / "m.gif", title="runs/rope", max_frames=3)
+    assert len(saved) >= 3
+    _assert_clean(saved)
+    fig = saved[0][0]
+    assert all(
+        c.cmap.name == LABEL_CMAP for ax in fig.axes for c in ax.collections if c.get_array() is not None
+    )
+
+
+def test_the_realisation_mode_figure_holds_its_layout(tmp_path, monkeypatch):
+    from attnflow.viz.realisation import write_mode_figure
+
+    rows = [
+        {
+            "mode": mode,
+            "sigma": sigma,
+            "n": n,
+            "seed": s,
+            "wasserstein": w * n**-0.5,
+            "base_point_distance": w,
+        }
+        for mode, w in (("a-priori", 0.3), ("exact", 1e-15))
+        for sigma in (0.5, 1.0)
+        for n in (64, 256, 1024)
+        for s in range(2)
+    ]
+    with capture_figures(monkeypatch) as saved:
+        write_mode_figure(rows, tmp_path / "w1.png")
+    _assert_clean(saved)
+
+
+# --------------------------------------------------------------------------- one colour scheme
+
+
+def test_the_label_has_one_colour_map_whose_stops_the_viewer_uses():
+    from matplotlib import colormaps
+    from matplotlib.colors import to_hex
+
+    cmap = colormaps[LABEL_CMAP]
+    assert list(LABEL_STOPS) == [to_hex(cmap(v)) for v in np.linspace(0.0, 1.0, len(LABEL_STOPS))]
+    assert label_scale(np.array([3.0, 5.0, 4.0])).tolist() == [0.0, 1.0, 0.5]
+    assert label_scale(np.array([2.0, 2.0])).tolist() == [0.0, 0.0]
+    # both ends are dark enough to read on white (twilight's ends are near-white)
+    for hex_colour in (LABEL_STOPS[0], LABEL_STOPS[-1]):
+        rgb = [int(hex_colour[k : k + 2], 16) for k in (1, 3, 5)]
+        assert min(rgb) < 60, hex_colour
