@@ -81,6 +81,36 @@ def test_page_of_a_circle_run_without_gauge_shows_one_panel_on_the_equator():
     assert data["panels"] == ["content x"] and np.all(positions[..., 2] == 0)
 
 
+@pytest.mark.parametrize("title", ["__DATA__", "runs/__LEGEND__ and __KEY__", "__TITLE__"])
+def test_a_title_that_names_a_template_field_stays_a_title(title):
+    run = _stored(frames=3, n=8)
+    page = viewer_html(run.ts, run.xs, run.xi, None, title=title)
+    heading = re.search(r"<title>(.*?)</title>", page, re.S).group(1)
+    assert heading == title  # not the JSON data, the legend or the key pulled into the title
+    assert page.count('"positions"') == 1  # the data once, in its script element
+    assert _data(page)["panels"] == ["content x"]
+
+
+def test_the_page_keys_the_label_with_the_colour_map_of_the_figures():
+    from attnflow.viz.colours import LABEL_STOPS
+
+    run = _stored(frames=3, n=8)
+    page = viewer_html(run.ts, run.xs, run.xi, None, title="key")
+    data = _data(page)
+    assert data["stops"] == list(LABEL_STOPS)
+    assert min(data["phase"]) == 0.0 and max(data["phase"]) == 1.0  # smallest label to largest
+    assert "label ξ: 0" in page and ">7</span>" in page  # the key names both ends of the label's range
+    assert "hsl" not in page  # no second colour scheme
+
+
+def test_fill_template_names_a_missing_field():
+    from attnflow.viz.viewer import fill_template
+
+    assert fill_template("a __X__ b __Y__", {"X": "__Y__", "Y": "1"}) == "a __Y__ b 1"
+    with pytest.raises(ValueError, match=r"field `__Z__` must be given"):
+        fill_template("__Z__", {"X": ""})
+
+
 def _screenshot(page, frame, tmp_path):
     shot = tmp_path / f"shot{frame}.png"
     subprocess.run(

@@ -238,10 +238,8 @@ def _metastability(path: Path, outcome: Outcome) -> Path | None:
         held[j.n] += int(np.sum(j.figure.seed_series["gauge_n_clusters"][:, -1] >= 2))
     n = max(held, key=lambda size: (held[size], -size))
     jobs = [j for j in jobs if j.n == n]
-    fig = Figure(figsize=(11.0, 4.0))
+    fig = Figure(figsize=(11.0, 4.0), layout="constrained")  # the layout measures every label
     FigureCanvasAgg(fig)
-    # fixed margins (room for the tick and axis labels): the figure is drawn once, by savefig
-    fig.subplots_adjust(left=0.06, right=0.99, bottom=0.13, top=0.91, wspace=0.22)
     left, right = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     for c, job in enumerate(jobs):
         ts, beta = job.figure.series["t"], job.figure.beta
