@@ -292,11 +292,11 @@ def test_realize_options_are_checked_before_anything_is_written(tmp_path, option
         (["run", "x.toml", "--bogus"], "error: attnflow run: No such option: --bogus"),
         (
             ["reproduce", "--seeds", "0"],
-            "error: attnflow reproduce: Invalid value for '--seeds': must be >= 1; got 0.",
+            "error: attnflow reproduce: Invalid value for '--seeds': must be an integer in [1, 10000]; got 0.",
         ),
         (
             ["reproduce", "--workers", "0"],
-            "error: attnflow reproduce: Invalid value for '--workers': must be >= 1; got 0.",
+            "error: attnflow reproduce: Invalid value for '--workers': must be an integer in [1, 1024]; got 0.",
         ),
     ],
 )

@@ -157,12 +157,6 @@ def positive(value: float) -> float:
     return value
 
 
-def at_least_one(value: int | None) -> int | None:
-    if value is not None and value < 1:
-        raise typer.BadParameter(f"must be >= 1; got {value!r}.")
-    return value
-
-
 def exit_unless_ok(status: str, folder: Path) -> None:
     """Exit with ``EXIT_UNFINISHED`` and one line when a run ended with a status other than "ok"."""
     status = getattr(status, "value", status)  # a numerics Status or its name

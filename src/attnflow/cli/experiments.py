@@ -15,13 +15,14 @@ from attnflow.cli.app import (
     SET,
     Command,
     app,
-    at_least_one,
     exit_unless_ok,
     positive,
     user_errors,
 )
+from attnflow.cli.arguments import MAX_SEEDS, MAX_WORKERS, count_between, only_text, sizes_text
 from attnflow.cli.console import print_summary, say, stdout
 from attnflow.cli.progress import job_stages, progress_report
+from attnflow.io.cache_folder import check_cache_folder
 from attnflow.io.out_folder import check_out_folder
 
 
@@ -44,13 +45,15 @@ def reproduce(
     seeds: Annotated[
         int | None,
         typer.Option(
-            callback=at_least_one, metavar="K", help="Seeds 0..K-1 instead of each experiment's own."
+            callback=count_between(1, MAX_SEEDS),
+            metavar="K",
+            help="Seeds 0..K-1 instead of each experiment's own.",
         ),
     ] = None,
     workers: Annotated[
         int | None,
         typer.Option(
-            callback=at_least_one,
+            callback=count_between(1, MAX_WORKERS),
             metavar="N",
             help="Processes that run the jobs (default: 1 with --quick, else one per core, at most 2).",
         ),
@@ -81,6 +84,9 @@ def reproduce(
 ) -> None:
     """Run the paper's experiments E0-E9, check every expectation, write the report."""
     try:
+        with user_errors():  # the option strings and the cache folder, before the library is imported
+            only_text(only), sizes_text(sizes)
+            check_cache_folder()
         from attnflow.io.config import apply_overrides
         from attnflow.io.reproduce_folder import make_settings
         from attnflow.numerics.program_cache import enable_persistent_cache
@@ -147,6 +153,8 @@ def realize(
     ] = "a-priori",
 ) -> None:
     """Realise a target law: build the gauge, run the dynamics, write the run folder."""
+    with user_errors():
+        check_cache_folder()
     from attnflow.numerics.program_cache import enable_persistent_cache
     from attnflow.workflows.realize import SUMMARY_KEYS as REALIZE_KEYS
     from attnflow.workflows.realize import run_realisation

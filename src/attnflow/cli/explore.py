@@ -8,6 +8,14 @@ from typing import Annotated
 import typer
 
 from attnflow.cli.app import EXIT_UNFINISHED, SET, Command, ConfigCommand, app, user_errors
+from attnflow.cli.arguments import (
+    MAX_STARTS,
+    MAX_WORKERS,
+    check_grid_size,
+    continuation_text,
+    count_between,
+    grid_texts,
+)
 from attnflow.cli.console import print_summary, say, stdout
 from attnflow.cli.progress import progress_report
 from attnflow.io.out_folder import check_out_folder
@@ -53,13 +61,20 @@ def sweep(
         typer.Option(metavar="FILE", help="With --scheduler: the key of --tls-cert (if not in that file)."),
     ] = None,
     workers: Annotated[
-        int | None, typer.Option(metavar="N", help="Local worker processes (default: 1 per core).")
+        int | None,
+        typer.Option(
+            callback=count_between(1, MAX_WORKERS),
+            metavar="N",
+            help="Local worker processes (default: 1 per core).",
+        ),
     ] = None,
     yes: Annotated[
         bool, typer.Option("--yes", metavar="", help="Run a grid of more than 1000 points.")
     ] = False,
 ) -> None:
     """Run a resumable Cartesian sweep on Dask distributed (finished points are skipped)."""
+    with user_errors():
+        grid = grid_texts(grid)  # bounded, before the library is imported
     from attnflow.io.config import load_config
     from attnflow.workflows.sweep import TlsFiles, check_scheduler, parse_grid, plan_sweep, run_sweep
     from attnflow.workflows.sweep_plan import MAX_POINTS
@@ -82,6 +97,8 @@ def sweep(
         if scheduler is not None:
             check_scheduler(scheduler)
         axes = [parse_grid(spec) for spec in grid]
+        if yes:
+            check_grid_size([len(axis.values) for axis in axes])
         plan = plan_sweep(load_config(config, set_), axes, max_points=None if yes else MAX_POINTS)
         with progress_report("sweep", "simulating") as progress:
             summary = run_sweep(plan, out, scheduler=scheduler, workers=workers, progress=progress, tls=tls)
@@ -135,7 +152,10 @@ def landscape(
     ],
     set_: Annotated[list[str], typer.Option("--set", metavar=SET, help="Override, e.g. model.beta=3.")] = [],  # noqa: B006
     starts: Annotated[
-        int, typer.Option(min=0, metavar="N", help="Random starts besides the closed-form candidates.")
+        int,
+        typer.Option(
+            min=0, max=MAX_STARTS, metavar="N", help="Random starts besides the closed-form candidates."
+        ),
     ] = 8,
     continue_: Annotated[
         str | None,
@@ -147,6 +167,8 @@ def landscape(
     ] = None,
 ) -> None:
     """Find the stationary states of the energy (Newton), their Morse index (Lanczos), branches."""
+    with user_errors():
+        continuation_text(continue_)  # bounded, before the library is imported
     from attnflow.io.config import load_config
     from attnflow.workflows.landscape import parse_continuation, run_landscape
 

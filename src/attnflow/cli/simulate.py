@@ -22,6 +22,7 @@ from attnflow.cli.app import (
 )
 from attnflow.cli.console import print_summary, say, stdout
 from attnflow.cli.progress import progress_report, snapshot_stages
+from attnflow.io.cache_folder import check_cache_folder
 from attnflow.io.out_folder import check_out_folder
 
 SUMMARY_KEYS = (
@@ -64,6 +65,8 @@ def run(
     """Run one simulation and write its run folder."""
     signal.signal(signal.SIGINT, interrupts.note)  # Ctrl-C while importing and building: noted
     try:
+        with user_errors():
+            check_cache_folder()
         from attnflow.io.config import config_hash, load_config
         from attnflow.numerics.lanes import use_cpu_cores
         from attnflow.numerics.program_cache import enable_persistent_cache
