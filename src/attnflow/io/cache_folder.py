@@ -62,8 +62,6 @@ def _check_creatable(folder: Path) -> Path:
     existing = Path(os.path.abspath(folder))
     while not os.path.exists(existing) and existing != existing.parent:
         existing = existing.parent
-    if not existing.is_dir():
-        raise _fail(folder, "creatable", f"{str(existing)!r} is not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
+    if not os.access(existing, os.W_OK | os.X_OK):  # (a file on the way fails os.stat: not a folder)
         raise _fail(folder, "creatable", f"{str(existing)!r} is not writable")
     return folder
