@@ -15,7 +15,14 @@ neighbours are closer than ``theta_c`` - a circle, an arc - counts as ONE cluste
 cosine near 0; ``n_eff`` is the inverse participation ``1 / Σ p_k²`` of those components' masses.
 ``shape`` (for d = 3) names what the final state is: dirac, great_circle, arc, antipodal_arcs,
 small_circle or clusters (:func:`attnflow.analysis.shapes.classify_shape`); ``gauge_shape`` is the
-same for the gauge frame ``u_i = Q(ξ_i) x_i``, where a gauge is set.
+same for the gauge frame ``u_i = Q(ξ_i) x_i``, where a gauge is set. Shape classes exist on ``S^2``
+only: for d != 3 both are null and ``methods["shape"]`` says so.
+
+The cluster angle ``theta_c`` (0.1 rad) is a length on the sphere whatever d, but what it means
+changes with d: ``n`` uniform tokens on ``S^{d-1}`` have nearest neighbours about
+:func:`uniform_neighbour_angle` apart (0.05 rad for 1024 tokens on ``S^2``, 1.2 rad on ``S^63``),
+so in high d a state that has not gathered counts one cluster per token.
+``methods["n_clusters"]`` names the angle and, for d > 3, that reference distance.
 
 Large runs: the energy is exact (``O(n²)`` per snapshot, tiled) or, with ``energy="expansion"``,
 the ``O(n)`` expansion within its tolerance (:func:`attnflow.numerics.expansion.expansion_energy`).
@@ -50,6 +57,7 @@ __all__ = [
     "gauge_frames",
     "subsample",
     "summarize",
+    "uniform_neighbour_angle",
 ]
 
 COLLAPSE_THRESHOLD = 0.999  # mean cosine at which a state counts as collapsed (the collapse time)
@@ -66,8 +74,8 @@ DESCRIPTIONS = {
     ),
     "n_eff": "1 / sum_k p_k^2 over the masses p_k of the n_clusters components (1 for a circle too)",
     "shape": (
-        "class of the final state for d = 3 (dirac, great_circle, arc, antipodal_arcs, small_circle, "
-        "clusters; attnflow.analysis.shapes), null otherwise"
+        "class of the final state (dirac, great_circle, arc, antipodal_arcs, small_circle, clusters; "
+        "attnflow.analysis.shapes): classified on S^2 only, null for d != 3"
     ),
     "gauge_shape": "shape of the gauge frame u_i = Q(xi_i) x_i (only where a gauge is set)",
 }
@@ -205,6 +213,18 @@ class OnlineSummary:
         final["shape"] = _shape(x)
         if q is not None:
             final["gauge_shape"] = _shape(np.einsum("nij,nj->ni", q, x))
+        d = x.shape[1]
+        if d != 3:
+            methods["shape"] = f"not classified: shape classes exist on S^2 only (d = 3); here d = {d}"
+        clusters = f"chains of tokens at angles below theta_c = {self.theta_c:g} rad"
+        if d > 3:
+            clusters += (
+                f"; {n} uniform tokens on S^{d - 1} have nearest neighbours about "
+                f"{uniform_neighbour_angle(n, d):.2g} rad apart, so a spread state counts each token"
+            )
+        if "n_clusters" in methods:  # the subsample it was counted on
+            clusters += f" ({methods['n_clusters']})"
+        methods["n_clusters"] = clusters
         final["series"] = {k: list(v) for k, v in self.series.items()}
         final["methods"] = methods
         return final
@@ -232,6 +252,21 @@ def summarize(
     summary = OnlineSummary(kernel, groups=groups, block_size=block_size, theta_c=theta_c)
     summary.add(ts, np.asarray(xs))
     return summary.result()
+
+
+def uniform_neighbour_angle(n: int, d: int) -> float:
+    """The median angle from a token to its nearest neighbour among ``n`` independent uniform tokens
+    on ``S^{d-1}``: the ``θ`` with ``(1 − F(θ))^{n−1} = 1/2``, ``F`` the law of the angle between two
+    uniform points (density ``∝ sin^{d−2} θ`` on ``[0, π]``), on a grid of 4097 angles."""
+    if n < 2:
+        return float(np.pi)
+    theta = np.linspace(0.0, np.pi, 4097)
+    density = np.sin(theta) ** (d - 2)
+    cdf = np.concatenate([[0.0], np.cumsum((density[1:] + density[:-1]) / 2.0)])
+    cdf /= cdf[-1]
+    # P(nearest > θ) = (1 − F(θ))^{n−1} = 1/2
+    target = 1.0 - 0.5 ** (1.0 / (n - 1))
+    return float(np.interp(target, cdf, theta))
 
 
 def _shape(x: np.ndarray) -> str | None:
