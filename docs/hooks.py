@@ -348,7 +348,27 @@ def experiment_page(experiment: Any, source: str) -> str:
     if figures:
         lines += ["## Figures", ""]
         lines += [f"![{e.id}: {p.stem}](../figures/{p.name})" for p in figures] + [""]
+    lines += measured_section(e.id)
     return "\n".join(lines)
+
+
+MEASURED = FIGURES / "reproduce_table.md"  # table.md of a full `attnflow reproduce`, copied here
+
+
+def measured_section(experiment_id: str, table: Path | None = None) -> list[str]:
+    """The lines of ``## Measured``: the rows of experiment ``experiment_id`` in the table of a
+    reproduce run (``docs/figures/reproduce_table.md``), under its summary line; none without it."""
+    table = MEASURED if table is None else table
+    if not table.is_file():
+        return []
+    text = table.read_text(encoding="utf-8").splitlines()
+    summary = next((line for line in text if line.strip() and not line.startswith("|")), "")
+    header = [line for line in text if line.startswith("| id |") or line.startswith("|---")][:2]
+    rows = [line for line in text if line.startswith(f"| {experiment_id} |")]
+    if not rows or len(header) != 2:
+        return []
+    note = f"Measured by `attnflow reproduce` ({summary.strip()}); every seed, every size:"
+    return ["## Measured", "", note, "", *header, *rows, ""]
 
 
 def experiment_pages() -> dict[str, str]:
@@ -380,21 +400,94 @@ def experiment_pages() -> dict[str, str]:
     return pages
 
 
-def tutorial_page(source: str) -> str:
-    """The tutorial (a jupytext "percent" script) as a page: markdown cells as text, code cells as
-    ``py`` blocks (not ``python``: the script itself is what the tests run, once)."""
-    parts = []
+def _cells(source: str) -> list[tuple[str, str]]:
+    """The cells of a jupytext "percent" script: ``("markdown" | "code", text)``."""
+    cells = []
     for cell in re.split(r"^# %%", source, flags=re.M)[1:]:
         header, _, body = cell.partition("\n")
         if "[markdown]" in header:
-            parts.append(
-                "\n".join(
-                    line[2:] if line.startswith("# ") else line.lstrip("#") for line in body.splitlines()
-                )
+            text = "\n".join(
+                line[2:] if line.startswith("# ") else line.lstrip("#") for line in body.splitlines()
             )
+            cells.append(("markdown", text))
         elif body.strip():
-            parts.append("```py\n" + body.strip() + "\n```")
+            cells.append(("code", body.strip()))
+    return cells
+
+
+def tutorial_page(source: str, outputs: list[dict] | None = None) -> str:
+    """The tutorial (a jupytext "percent" script) as a page: markdown cells as text, code cells as
+    ``py`` blocks (not ``python``: the script itself is what the tests run, once), each followed by
+    what it printed and drew when ``outputs`` (one ``{"stdout", "figures"}`` per code cell, from
+    :func:`run_tutorial`) is given."""
+    parts, code = [], 0
+    for kind, text in _cells(source):
+        if kind == "markdown":
+            parts.append(text)
+            continue
+        parts.append("```py\n" + text + "\n```")
+        if outputs is not None and code < len(outputs):
+            printed = outputs[code]["stdout"].rstrip()
+            if printed:
+                parts.append("Output:\n\n```text\n" + printed + "\n```")
+            parts += [f"![{name}](tutorial/{name})" for name in outputs[code]["figures"]]
+        code += 1
     return "\n\n".join(parts) + "\n\nThe whole script: `docs/tutorial.py`.\n"
+
+
+# Runs the code cells of the tutorial in one namespace, in a fresh process, recording what each
+# printed and which figures it wrote into the output folder (the working directory).
+TUTORIAL_RUNNER = """
+import contextlib, io, json, sys
+from pathlib import Path
+cells = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))
+namespace, outputs, seen = {"__name__": "__main__"}, [], set()
+for number, code in enumerate(cells):
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(code, f"<tutorial cell {number}>", "exec"), namespace)
+    figures = sorted(p.name for p in Path.cwd().glob("*.png") if p.name not in seen)
+    seen.update(figures)
+    outputs.append({"stdout": printed.getvalue(), "figures": figures})
+Path("outputs.json").write_text(json.dumps(outputs), encoding="utf-8")
+"""
+TUTORIAL_RUN_ENV = "ATTNFLOW_DOCS_TUTORIAL"  # "skip": the page without outputs (a quick `mkdocs serve`)
+
+
+def run_tutorial(source: str, cache: Path) -> tuple[list[dict], Path] | None:
+    """Execute the tutorial's code cells and return their outputs and the folder of their figures.
+
+    The outputs are kept in ``cache/<hash of the script and attnflow's version>/``: a rebuild of
+    an unchanged tutorial reads them back instead of running it again. None when
+    ``$ATTNFLOW_DOCS_TUTORIAL`` is ``skip``. A failing cell fails the build with its error."""
+    import hashlib
+    import os
+    import subprocess
+    import sys
+
+    import attnflow
+
+    if os.environ.get(TUTORIAL_RUN_ENV) == "skip":
+        return None
+    key = hashlib.sha256(f"{attnflow.__version__}\0{source}".encode()).hexdigest()[:16]
+    folder = cache / key
+    if not (folder / "outputs.json").is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        cells = [text for kind, text in _cells(source) if kind == "code"]
+        (folder / "cells.json").write_text(json.dumps(cells), encoding="utf-8")
+        result = subprocess.run(
+            [sys.executable, "-c", TUTORIAL_RUNNER, str(folder / "cells.json")],
+            cwd=folder,
+            env={**os.environ, "TUTORIAL_OUT": str(folder), "MPLBACKEND": "Agg"},
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(
+                f"docs: the tutorial failed while the site was built:\n{result.stderr[-3000:]}"
+            )
+    return json.loads((folder / "outputs.json").read_text(encoding="utf-8")), folder
 
 
 def generated_pages() -> dict[str, str]:
@@ -427,9 +520,49 @@ def on_config(config):
     return config
 
 
+# --- maths: MathJax served from the site itself -------------------------------------------------
+
+MATHJAX_PAGE = "javascripts/mathjax/tex-svg.js"  # the extra_javascript entries of mkdocs.yml
+MATHJAX_CONFIG_PAGE = "javascripts/mathjax-config.js"
+# arithmatex (generic mode) wraps the maths of a page in \\( \\) and \\[ \\] inside elements of
+# class "arithmatex"; MathJax typesets those only. SVG output: the glyphs are paths in the script,
+# so the site needs no font file and no outside host.
+MATHJAX_CONFIG = """window.MathJax = {
+  tex: { inlineMath: [["\\\\(", "\\\\)"]], displayMath: [["\\\\[", "\\\\]"]], processEscapes: true,
+         processEnvironments: true },
+  options: { ignoreHtmlClass: ".*|", processHtmlClass: "arithmatex", enableMenu: false },
+  svg: { fontCache: "global" }
+};
+"""
+
+
+def mathjax_script() -> Path:
+    """MathJax 3's single-file TeX-to-SVG build, from the ``django-static-mathjax`` package (the
+    docs extra): copied into the site, never fetched."""
+    import mathjax  # the package's import name
+
+    path = Path(mathjax.__file__).parent / "static" / "mathjax" / "es5" / "tex-svg.js"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"docs: `{path}` must exist (MathJax of the django-static-mathjax package); "
+            "install the docs extra: pip install -e '.[test]'."
+        )
+    return path
+
+
 def on_files(files, config):
     from mkdocs.structure.files import File
 
     for path, content in generated_pages().items():
         files.append(File.generated(config, path, content=content))
+    source = (DOCS / "tutorial.py").read_text(encoding="utf-8")
+    ran = run_tutorial(source, DOCS.parent / "tutorial_output" / "site")
+    if ran is not None:  # the tutorial page again, with what each cell printed and drew
+        outputs, folder = ran
+        files.remove(files.get_file_from_path("tutorial.md"))
+        files.append(File.generated(config, "tutorial.md", content=tutorial_page(source, outputs)))
+        for name in (name for cell in outputs for name in cell["figures"]):
+            files.append(File.generated(config, f"tutorial/{name}", abs_src_path=str(folder / name)))
+    files.append(File.generated(config, MATHJAX_CONFIG_PAGE, content=MATHJAX_CONFIG))
+    files.append(File.generated(config, MATHJAX_PAGE, abs_src_path=str(mathjax_script())))
     return files

@@ -26,6 +26,7 @@ from matplotlib.figure import Figure
 
 import attnflow
 from attnflow.analysis import metrics
+from attnflow.viz.colours import LABEL_CMAP  # the colour map of the label in every attnflow picture
 from attnflow.workflows.build import build
 
 out = Path(os.environ.get("TUTORIAL_OUT", "tutorial_output"))
@@ -82,7 +83,7 @@ ax_t.set(xlabel="t", ylabel="mean cosine", title="collapse or not")
 ax_t.legend()
 for ax, x, name in ((ax_plain, traj.xs[-1], "plain, t = 20"), (ax_rope, x_end, "RoPE, t = 20")):
     x = np.asarray(x)
-    dots = ax.scatter(np.arctan2(x[:, 1], x[:, 0]), x[:, 2], c=np.arange(64), cmap="twilight", s=12)
+    dots = ax.scatter(np.arctan2(x[:, 1], x[:, 0]), x[:, 2], c=np.arange(64), cmap=LABEL_CMAP, s=12)
     ax.set(xlim=(-np.pi, np.pi), ylim=(-1.05, 1.05), xlabel="azimuth", ylabel="x_3", title=name)
 fig.colorbar(dots, ax=ax_rope, label="position i")
 fig.savefig(out / "collapse_vs_rope.png", dpi=100)

@@ -179,6 +179,87 @@ def test_rendered_site_stands_alone(site):
     assert cited == []
 
 
+# what makes a browser fetch something: scripts, stylesheets, fonts, preconnects, CSS imports
+FETCHED_HTML = re.compile(r"<(script|link|img|iframe|source)\b[^>]*\b(src|href)=[\"']([^\"']+)", re.I)
+FETCHED_CSS = re.compile(r"(?:@import\s+(?:url\()?|url\()\s*[\"']?([^\"')\s]+)", re.I)
+OUTSIDE_URL = re.compile(r"^(https?:)?//", re.I)
+
+
+def _outside_requests(site: Path) -> list[str]:
+    found = []
+    for page in site.rglob("*.html"):
+        for tag, _, url in FETCHED_HTML.findall(page.read_text(encoding="utf-8")):
+            if OUTSIDE_URL.match(url) and not (tag.lower() == "link" and "canonical" in url):
+                found.append(f"{page.relative_to(site)}: <{tag}> {url}")
+    for sheet in site.rglob("*.css"):
+        found += [f"{sheet.relative_to(site)}: {url}" for url in FETCHED_CSS.findall(sheet.read_text("utf-8"))
+                  if OUTSIDE_URL.match(url)]  # fmt: skip
+    return found
+
+
+def test_the_request_checker_finds_outside_scripts_styles_and_fonts(tmp_path):
+    (tmp_path / "index.html").write_text(
+        '<link rel="stylesheet" href="https://fonts.googleapis.com/css?family=Roboto">'
+        '<script src="//cdn.example.org/mathjax.js"></script><a href="https://example.org">a link</a>'
+    )
+    (tmp_path / "s.css").write_text("@font-face { src: url(https://fonts.gstatic.com/r.woff2) }")
+    urls = {f.split(" ")[-1] for f in _outside_requests(tmp_path)}
+    assert urls == {  # the plain link to read is not a request
+        "https://fonts.googleapis.com/css?family=Roboto",
+        "//cdn.example.org/mathjax.js",
+        "https://fonts.gstatic.com/r.woff2",
+    }
+
+
+@pytest.mark.slow
+def test_the_site_requests_nothing_from_outside_and_renders_its_maths_locally(site):
+    assert _outside_requests(site) == []
+    mathjax = site / hooks.MATHJAX_PAGE
+    assert mathjax.is_file() and mathjax.stat().st_size > 1_000_000  # MathJax itself, not a stub
+    model = (site / "model/index.html").read_text(encoding="utf-8")
+    assert 'class="arithmatex"' in model  # the formulas are marked for MathJax
+    assert "javascripts/mathjax/tex-svg.js" in model and "javascripts/mathjax-config.js" in model
+
+
+@pytest.mark.slow
+def test_the_tutorial_and_every_experiment_page_show_their_results(site):
+    from attnflow.workflows.experiments import load_experiments
+
+    pages = ["tutorial/index.html"] + [f"experiments/{e.id}/index.html" for e in load_experiments()]
+    for page in pages:
+        text = (site / page).read_text(encoding="utf-8")
+        images = re.findall(r'<img[^>]*src="([^"]+)"', text)
+        assert images, f"{page} shows no image"
+        for src in images:
+            assert (site / page).parent.joinpath(src).resolve().is_file(), (page, src)
+        if page.startswith("experiments/"):
+            assert 'id="measured"' in text, f"{page} has no measured table"
+    tutorial = (site / "tutorial/index.html").read_text(encoding="utf-8")
+    assert "status ok; mean cosine" in tutorial  # what the first cell printed, from this build
+
+
+def test_the_tutorial_page_holds_each_cell_s_output_and_figures():
+    source = "# %% [markdown]\n# # T\n\n# %%\nprint(1)\n\n# %%\nx = 2\n"
+    outputs = [{"stdout": "1\n", "figures": ["a.png"]}, {"stdout": "", "figures": []}]
+    page = hooks.tutorial_page(source, outputs)
+    assert "```py\nprint(1)\n```\n\nOutput:\n\n```text\n1\n```\n\n![a.png](tutorial/a.png)" in page
+    assert page.count("Output:") == 1  # a silent cell gets no output block
+
+
+def test_an_experiment_page_shows_its_measured_rows(tmp_path):
+    table = tmp_path / "table.md"
+    table.write_text(
+        "163 PASS, 0 FAIL (full run)\n\n"
+        "| id | expectation | expected | measured | status |\n|---|---|---|---|---|\n"
+        "| E1 | a | ≥ 1 | n=64: 1 | PASS |\n| E10 | b | ≥ 1 | n=64: 1 | PASS |\n",
+        encoding="utf-8",
+    )
+    lines = hooks.measured_section("E1", table)
+    assert lines[0] == "## Measured" and "163 PASS, 0 FAIL (full run)" in lines[2]
+    assert [line for line in lines if line.startswith("| E")] == ["| E1 | a | ≥ 1 | n=64: 1 | PASS |"]
+    assert hooks.measured_section("E2", table) == []
+
+
 RUNNER = """
 import sys
 blocks = sys.stdin.read().split("\\0")

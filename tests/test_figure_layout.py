@@ -187,3 +187,18 @@ def test_the_label_has_one_colour_map_whose_stops_the_viewer_uses():
     for hex_colour in (LABEL_STOPS[0], LABEL_STOPS[-1]):
         rgb = [int(hex_colour[k : k + 2], 16) for k in (1, 3, 5)]
         assert min(rgb) < 60, hex_colour
+
+
+@pytest.mark.parametrize("d", [3, 5])
+def test_one_label_for_every_token_is_the_first_colour_with_or_without_a_colour_bar(d):
+    from matplotlib import colormaps
+
+    fig = Figure()
+    FigureCanvasAgg(fig)
+    x = _unit((6, d))
+    plain = plotting.draw_state(fig, 121, x, color=np.zeros(6))
+    keyed = plotting.draw_state(fig, 122, x, color=np.zeros(6), color_label="label ξ")
+    fig.canvas.draw()
+    first = np.asarray(colormaps[LABEL_CMAP](0.0))
+    for ax in (plain, keyed):
+        np.testing.assert_allclose(ax.collections[-1].get_facecolors()[0], first, atol=1e-6)

@@ -183,6 +183,7 @@ def draw_sphere(
         ax.scatter(pts[:, 0], pts[:, 1], pts[:, 2], color="C0", **style)
     else:
         dots = ax.scatter(pts[:, 0], pts[:, 1], pts[:, 2], c=values, cmap=cmap, **style)
+        _one_label_first_colour(dots, values)
         _colour_bar(ax, dots, color_label)
     lim = (-axis_limits, axis_limits)
     ax.set_xlim(*lim)
@@ -194,6 +195,14 @@ def draw_sphere(
         # a fixed position (y = 1): no automatic placement, which measures every tick of the Axes
         ax.set_title(title, fontsize=10, y=1.0)
     return ax
+
+
+def _one_label_first_colour(mappable: Any, values: np.ndarray) -> None:
+    """Every token with the same label: the colour map's first colour, with or without a colour bar
+    (as :func:`attnflow.viz.colours.label_scale` maps it), not whatever a degenerate range gives."""
+    finite = values[np.isfinite(values)]
+    if finite.size and np.ptp(finite) == 0:
+        mappable.set_clim(float(finite[0]), float(finite[0]) + 1.0)
 
 
 def _colour_bar(ax: Axes, mappable: Any, label: str | None) -> None:
@@ -268,6 +277,7 @@ def draw_projection(
         ax.scatter(coords[:, 0], coords[:, 1], s=_MARKER_SIZE, color="C0", rasterized=True)
     else:
         dots = ax.scatter(coords[:, 0], coords[:, 1], s=_MARKER_SIZE, c=values, cmap=cmap, rasterized=True)
+        _one_label_first_colour(dots, values)
         _colour_bar(ax, dots, color_label)
     ax.set_xlim(-1.05, 1.05)
     ax.set_ylim(-1.05, 1.05)
