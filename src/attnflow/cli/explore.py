@@ -73,14 +73,18 @@ def sweep(
     ] = False,
 ) -> None:
     """Run a resumable Cartesian sweep on Dask distributed (finished points are skipped)."""
-    with user_errors():
-        grid = grid_texts(grid)  # bounded, before the library is imported
-    from attnflow.io.config import load_config
-    from attnflow.workflows.sweep import TlsFiles, check_scheduler, parse_grid, plan_sweep, run_sweep
-    from attnflow.workflows.sweep_plan import MAX_POINTS
+    with user_errors():  # the inputs first, before JAX and Dask are imported
+        from attnflow.io.config import load_config
+        from attnflow.workflows.sweep_plan import MAX_POINTS, parse_grid, plan_sweep
+
+        check_out_folder(out)
+        axes = [parse_grid(spec) for spec in grid_texts(grid)]
+        if yes:
+            check_grid_size([len(axis.values) for axis in axes])
+        plan = plan_sweep(load_config(config, set_), axes, max_points=None if yes else MAX_POINTS)
+    from attnflow.workflows.sweep import TlsFiles, check_scheduler, run_sweep
 
     with user_errors():
-        check_out_folder(out)
         tls = None
         if tls_ca_file is not None or tls_cert is not None or tls_key is not None:
             if tls_ca_file is None or tls_cert is None:
@@ -96,10 +100,6 @@ def sweep(
             tls = TlsFiles(ca_file=tls_ca_file, cert=tls_cert, key=tls_key)
         if scheduler is not None:
             check_scheduler(scheduler)
-        axes = [parse_grid(spec) for spec in grid]
-        if yes:
-            check_grid_size([len(axis.values) for axis in axes])
-        plan = plan_sweep(load_config(config, set_), axes, max_points=None if yes else MAX_POINTS)
         with progress_report("sweep", "simulating") as progress:
             summary = run_sweep(plan, out, scheduler=scheduler, workers=workers, progress=progress, tls=tls)
     for message, count in summary.warnings.items():
@@ -167,15 +167,16 @@ def landscape(
     ] = None,
 ) -> None:
     """Find the stationary states of the energy (Newton), their Morse index (Lanczos), branches."""
-    with user_errors():
-        continuation_text(continue_)  # bounded, before the library is imported
-    from attnflow.io.config import load_config
+    with user_errors():  # the inputs first, before JAX is imported
+        from attnflow.io.config import load_config
+
+        continuation_text(continue_)
+        cfg = load_config(config, set_)
+        check_out_folder(out)
     from attnflow.workflows.landscape import parse_continuation, run_landscape
 
     with user_errors():
-        cfg = load_config(config, set_)
         continuation = None if continue_ is None else parse_continuation(continue_)
-        check_out_folder(out)
         result = run_landscape(cfg, out, starts=starts, continuation=continuation)
     best = result.states[0] if result.states else None
     rows = {"states": len(result.states), "starts": len(result.starts)}

@@ -65,9 +65,17 @@ def run(
     """Run one simulation and write its run folder."""
     signal.signal(signal.SIGINT, interrupts.note)  # Ctrl-C while importing and building: noted
     try:
-        with user_errors():
+        with user_errors():  # the inputs first, before JAX is imported: a refusal costs no start-up
             check_cache_folder()
-        from attnflow.io.config import config_hash, load_config
+            from attnflow.io.config import config_hash, load_config
+
+            cfg = load_config(config, set_)
+            if out is None:
+                out = Path("runs") / config_hash(cfg)
+                _refuse_an_earlier_run_of_this_config(out, resume=resume, overwrite=overwrite)
+            out = check_out_folder(out)
+        if interrupts.NOTED:
+            raise KeyboardInterrupt
         from attnflow.numerics.lanes import use_cpu_cores
         from attnflow.numerics.program_cache import enable_persistent_cache
         from attnflow.workflows.run import run as run_simulation
@@ -77,13 +85,6 @@ def run(
         if interrupts.NOTED:
             raise KeyboardInterrupt
         with user_errors():
-            cfg = load_config(config, set_)
-            if interrupts.NOTED:
-                raise KeyboardInterrupt
-            if out is None:
-                out = Path("runs") / config_hash(cfg)
-                _refuse_an_earlier_run_of_this_config(out, resume=resume, overwrite=overwrite)
-            out = check_out_folder(out)
             with progress_report("run", "building") as report:
                 progress = interrupts.raising_noted(snapshot_stages(report))
                 result = run_simulation(cfg, out, progress=progress, resume=resume, overwrite=overwrite)
