@@ -4,9 +4,14 @@ metrics.json (exit 0 for ``ok``, 3 for a run that did not finish as asked). Neve
 
 import json
 import math
+import os
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -24,6 +29,7 @@ KEYS = {
     "init": ["kind", "seed", "center", "sigma", "rho0", "path"],
     "solver": ["method", "dt", "t_end", "save_every", "rtol", "atol", "dtype", "block_size", "interaction",
                "tolerance"],
+    "storage": ["token_stride", "dtype", "snapshots"],
 }  # fmt: skip
 
 VALUES = st.sampled_from(
@@ -54,6 +60,10 @@ MUTATIONS = st.one_of(
 @example(mutation=("aux", "spacing", 1e308))  # positions overflow: refused before the folder is made
 @example(mutation=("solver", "save_every", 1e308))  # save_every / dt overflows: refused, no traceback
 @example(mutation=("model", "n", 2))  # the smallest n: a shape class for two tokens
+@example(mutation=("solver", "block_size", 2**64))  # beyond int64: refused naming the key
+@example(mutation=("storage", "token_stride", 2**63))
+@example(mutation=("gauge", "omega", 2.5))  # a key RoPE does not read: refused
+@example(mutation=("solver", "atol", 0.3))  # a key rk4 does not read: refused
 def test_a_mutated_config_is_refused_in_one_line_or_its_run_records_a_status(mutation):
     section, key, value = mutation
     data = {name: dict(keys) for name, keys in BASE.items()}
@@ -71,3 +81,103 @@ def test_a_mutated_config_is_refused_in_one_line_or_its_run_records_a_status(mut
         metrics = json.loads((out / "metrics.json").read_text())  # strict JSON: no NaN or Infinity
         status = metrics["run"]["status"]
         assert (status == "ok") == (result.exit_code == 0), (mutation, status)
+
+
+# --- files and values at the edges: refused in one line, in seconds, writing nothing ---------------
+
+LEVELS = 5000  # a 5000-deep array overflowed the TOML parser's recursion (a traceback, exit 1)
+
+
+def _edge_config(folder: Path, case: str) -> str:
+    """The config argument of one edge case (a path; some are made in ``folder``)."""
+    path = folder / f"{case}.toml"
+    if case == "fifo":  # opening it for reading blocked for ever
+        os.mkfifo(path)
+    elif case == "dev_zero":  # read to 5.3 GB in 60 s
+        return "/dev/zero"
+    elif case == "deep_array":
+        path.write_text("[model]\nn = " + "[" * LEVELS + "]" * LEVELS + "\n")
+    elif case == "deep_table":
+        path.write_text("[model]\nn = " + "{a = " * LEVELS + "1" + "}" * LEVELS + "\n")
+    elif case == "empty":  # ran a full default simulation
+        path.write_text("")
+    elif case.startswith("ignored_"):  # ignored without a word
+        section, key, value = {
+            "ignored_factor_path": ("factor", "path", "w.npy"),
+            "ignored_gauge_omega": ("gauge", "omega", 1.0),
+            "ignored_solver_atol": ("solver", "atol", 1e-6),
+        }[case]
+        data = {name: dict(keys) for name, keys in BASE.items()}
+        data.setdefault(section, {})[key] = value
+        if section == "factor":
+            data["factor"]["kind"] = "none"
+        path.write_text(toml_text(data))
+    elif case.startswith("int64_"):  # accepted beyond what the arrays hold
+        section, key = {
+            "int64_block_size": ("solver", "block_size"),
+            "int64_token_stride": ("storage", "token_stride"),
+        }[case]
+        data = {name: dict(keys) for name, keys in BASE.items()}
+        data.setdefault(section, {})[key] = 2**64
+        path.write_text(toml_text(data))
+    elif case == "adaptive_t_end":  # no step bound
+        data = {name: dict(keys) for name, keys in BASE.items()}
+        data["solver"] = {"method": "adaptive", "t_end": 1e12, "save_every": 0.25}
+        path.write_text(toml_text(data))
+    return str(path)
+
+
+EDGE_CASES = {
+    "fifo": "must be a regular TOML file; got 'a FIFO (named pipe)'.",
+    "dev_zero": "must be a regular TOML file; got 'a character device'.",
+    "deep_array": "must be nested at most 16 tables or arrays deep",
+    "deep_table": "must be nested at most 16 tables or arrays deep",
+    "empty": "must be at least one [section]",
+    "ignored_factor_path": "`factor.path` must be left out when `factor.kind` = 'none'",
+    "ignored_gauge_omega": "`gauge.omega` must be left out when `gauge.kind` = 'rope'",
+    "ignored_solver_atol": "`solver.atol` must be left out when `solver.method` = 'rk4'",
+    "int64_block_size": "`solver.block_size` must be an integer at most 2**63 - 1",
+    "int64_token_stride": "`storage.token_stride` must be an integer at most 2**63 - 1",
+    "adaptive_t_end": "`solver.save_every` must be at least `solver.t_end` / 1e+08",
+}
+
+
+@pytest.mark.parametrize("case", sorted(EDGE_CASES))
+def test_an_edge_case_config_is_refused_in_one_line_within_seconds_writing_nothing(tmp_path, case):
+    config, out = _edge_config(tmp_path, case), tmp_path / "run"
+    before = sorted(p.name for p in tmp_path.iterdir())
+    start = time.perf_counter()
+    result = CliRunner().invoke(app, ["run", config, "--out", str(out)])
+    elapsed = time.perf_counter() - start
+    assert result.exit_code == 2, (case, result.output, result.exception)
+    lines = result.output.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {config}: "), (case, result.output)
+    assert EDGE_CASES[case] in lines[0], (case, lines[0])
+    assert elapsed < 5.0, (case, elapsed)  # the acceptance bound; in-process it is milliseconds
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written, --out included
+
+
+@pytest.mark.parametrize(
+    "case", ["fifo", "dev_zero", "deep_array", "empty", "ignored_factor_path", "int64_block_size"]
+)
+def test_the_program_refuses_an_edge_case_within_5_s_and_200_mb(tmp_path, case):
+    """The installed program (a process of its own): exit 2, one line, within 5 s and 200 MB."""
+    config, out = _edge_config(tmp_path, case), tmp_path / "run"
+    code = (
+        "import json, resource, subprocess, sys, time\n"
+        "start = time.perf_counter()\n"
+        "done = subprocess.run([sys.executable, '-m', 'attnflow', 'run', sys.argv[1], '--out', sys.argv[2]],"
+        " capture_output=True, text=True, timeout=60)\n"
+        "seconds = time.perf_counter() - start\n"
+        "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+        "print(json.dumps([done.returncode, seconds, peak, done.stderr]))\n"
+    )
+    probe = subprocess.run(
+        [sys.executable, "-c", code, config, str(out)], capture_output=True, text=True, timeout=90
+    )
+    returncode, seconds, peak_kib, stderr = json.loads(probe.stdout)
+    assert returncode == 2, probe.stdout
+    assert len(stderr.splitlines()) == 1 and stderr.startswith("error: ") and EDGE_CASES[case] in stderr
+    assert seconds < 5.0, seconds  # measured 0.7 s (the config is read before JAX is imported)
+    assert peak_kib < 200 * 1024, peak_kib  # measured 50 MB
+    assert not out.exists()
