@@ -1,5 +1,6 @@
 """The trajectory store: round trip, xarray view, trimming, errors, and survival of SIGKILL."""
 
+import json
 import os
 import select
 import signal
@@ -139,9 +140,47 @@ def test_xarray_open_zarr_sees_dims_and_time_coordinate(tmp_path):
         assert ds.gauge.dims == ("token", "gauge_dim", "dim")
         assert ds.sizes["t"] == 10  # the raw view shows the preallocation, NaN past the end
         assert np.isnan(ds.t.values[4:]).all()
-        assert ds.attrs["model"] == {"n": N}
+        assert json.loads(ds.attrs["model"]) == {"n": N}  # nested: a JSON string, named by json_attrs
+        assert ds.attrs["json_attrs"] == "model"
         for name in ("t", "x", "xi", "gauge"):
             assert ds[name].attrs["long_name"] and ds[name].attrs["units"] == "1"
+
+
+def test_the_raw_xarray_view_round_trips_through_netcdf(tmp_path):
+    path = tmp_path / "trajectory.zarr"
+    config = {"model": {"n": N, "d": D, "beta": 1.0, "time_scale": "rescaled"}, "aux": {"kind": "positions"}}
+    _write(path, 4, gauge=_rotations(N), attrs={"config": config, "attnflow_version": "0.1.0"})
+    ds = xr.open_zarr(path).isel(t=slice(0, 4))
+    assert "xi" in ds.coords and ds.xi.dims == ("token",)  # the label is a coordinate of token
+    assert ds.attrs["Conventions"].startswith("CF-") and ds.attrs["source"].startswith("attnflow ")
+    assert "rescaled time" in ds.attrs["time_convention"] and ds.attrs["history"]
+    netcdf = tmp_path / "x.nc"
+    ds.to_netcdf(netcdf)  # failed on the nested config attribute before
+    with xr.open_dataset(netcdf) as back:
+        assert json.loads(back.attrs["config"]) == config
+        assert "xi" in back.coords
+        np.testing.assert_array_equal(back.x.values, ds.x.values)
+        np.testing.assert_array_equal(back.xi.values, np.arange(N))
+        np.testing.assert_array_equal(back.t.values, ds.t.values)
+    # attnflow's own readers decode the JSON attribute: the config comes back as a dict
+    assert read_trajectory(path).attrs == {"config": config, "attnflow_version": "0.1.0"}
+    assert open_dataset(path).attrs["config"] == config
+
+
+def test_a_store_written_before_the_netcdf_conventions_reads_unchanged(tmp_path):
+    path = tmp_path / "trajectory.zarr"
+    _write(path, 3, attrs={"config": {"model": {"n": N}}})
+    group = zarr.open_group(path, mode="r+", zarr_format=3)
+    # as the old writer left it: the nested config itself, no store attributes, no coordinates
+    group.attrs.put({"config": {"model": {"n": N}}, "status": "ok", "n_snapshots": 3})
+    assert read_trajectory(path).attrs == {"config": {"model": {"n": N}}}
+    assert open_dataset(path).attrs["config"] == {"model": {"n": N}}
+
+
+@pytest.mark.parametrize("key", ["json_attrs", "Conventions", "history"])
+def test_the_store_s_own_attributes_are_refused_as_writer_attrs(tmp_path, key):
+    with pytest.raises(ValueError, match=rf"store: `attrs` must not use the store's own keys .*got '{key}'"):
+        _write(tmp_path / "s.zarr", 1, attrs={key: "x"})
 
 
 def test_snapshot_time_is_the_decimal_product():

@@ -23,6 +23,17 @@ The gauge's two matrix axes are named ``gauge_dim`` (rows, the gauge frame) and 
 variable; ``xarray.dot(ds.gauge, ds.x, dim="dim")`` is then the gauge-frame view ``u``.
 Stores written before these conventions (dimension ``time``, no consolidated metadata) still read.
 
+NetCDF conventions, so that ``xarray.open_zarr(path).to_netcdf("run.nc")`` works and round-trips:
+group attributes are numbers and strings only: a nested value given to the writer (the resolved
+``config``) is stored as a JSON string, and the attribute ``json_attrs`` names those keys
+(:func:`read_trajectory` and :func:`open_dataset` decode them; ``json.loads(ds.attrs["config"])``
+does it by hand on the raw xarray view). The labels ``xi`` are a coordinate of ``token`` (the
+CF ``coordinates`` attribute of ``x``), and the group carries CF-style global attributes:
+``Conventions``, ``title``, ``source`` (attnflow and its version), ``history`` (when it was
+written) and, where the config gives it, ``time_convention`` (plain time, or the rescaled time
+``t e^β`` of ``model.time_scale = "rescaled"``). Stores written before (nested attributes, ``xi`` a
+data variable) read as before.
+
 Crash safety: a process killed with SIGKILL at any moment leaves every completed snapshot readable.
 The design, and why each piece is there:
 
@@ -93,6 +104,12 @@ __all__ = [
 _WHERE = "store"
 _DTYPES = ("float64", "float32")
 _RESERVED_ATTRS = ("status", "n_snapshots")
+# Group attributes the store writes about itself (not part of the attrs given to the writer).
+_STORE_ATTRS = ("Conventions", "title", "source", "history", "time_convention", "json_attrs")
+_TIME_CONVENTIONS = {
+    "plain": "plain time t (time scale c = 1)",
+    "rescaled": "rescaled time (time scale c = exp(-beta)): a time t here is t exp(beta) in plain time",
+}
 # Snapshots per read in the readers: bounds the memory of a scan to _READ_BLOCK * n * d values.
 _READ_BLOCK = 256
 
@@ -100,7 +117,7 @@ _READ_BLOCK = 256
 # CF-style attributes of the stored arrays (the model's time and positions are dimensionless).
 _ARRAY_ATTRS = {
     "t": {"long_name": "time", "units": "1"},
-    "x": {"long_name": "token positions on the unit sphere", "units": "1"},
+    "x": {"long_name": "token positions on the unit sphere", "units": "1", "coordinates": "xi"},
     "xi": {"long_name": "frozen token labels", "units": "1"},
     "gauge": {"long_name": "gauge matrices Q(xi_i), u_i = Q(xi_i) x_i", "units": "1"},
     "gauge_angles": {
@@ -403,9 +420,9 @@ def read_trajectory(
     ts = np.concatenate([ts for ts, _ in blocks])
     xs = np.concatenate([xs for _, xs in blocks])
     xi = np.asarray(group["xi"][...])[rows]
-    attrs = dict(group.attrs)
+    attrs = _decoded_attrs(group.attrs)
     status = _resolved_status(attrs, ts.shape[0])
-    config = {key: value for key, value in attrs.items() if key not in _RESERVED_ATTRS}
+    config = {key: value for key, value in attrs.items() if key not in (*_RESERVED_ATTRS, *_STORE_ATTRS)}
     gauge = _stored_gauge(group)
     if gauge is not None and not isinstance(rows, slice):
         gauge = replace(
@@ -481,8 +498,45 @@ def open_dataset(path: str | os.PathLike[str]) -> xr.Dataset:
     if "time" in ds.dims:  # a store written before the time dimension was named `t`
         ds = ds.rename_dims({"time": "t"})
     ds = ds.isel(t=slice(0, ts.shape[0])).assign_coords(t=("t", ts, _ARRAY_ATTRS["t"]))
+    ds.attrs = _decoded_attrs(ds.attrs)
     ds.attrs["status"] = status
     return ds
+
+
+def _decoded_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """The group's attributes with the JSON strings named by ``json_attrs`` decoded (a store
+    written before that convention has none, and its nested attributes are returned as they are)."""
+    decoded = dict(attrs)
+    encoded = decoded.get("json_attrs")
+    for key in encoded.split(",") if isinstance(encoded, str) and encoded else []:
+        if isinstance(decoded.get(key), str):
+            decoded[key] = json.loads(decoded[key])
+    return decoded
+
+
+def _group_attributes(attrs: dict[str, Any]) -> dict[str, Any]:
+    """What the group stores: ``attrs`` with nested values as JSON strings (named by
+    ``json_attrs``), ``status``, and the CF-style global attributes (module docstring)."""
+    from datetime import UTC, datetime
+
+    from attnflow.io.version import __version__
+
+    nested = [key for key, value in attrs.items() if isinstance(value, dict | list)]
+    stored = {key: json.dumps(value) if key in nested else value for key, value in attrs.items()}
+    stored.update(
+        status="incomplete",
+        json_attrs=",".join(nested),
+        Conventions="CF-1.10",
+        title="attnflow trajectory: tokens x on the unit sphere at times t, with frozen labels xi",
+        source=f"attnflow {__version__}",
+        history=f"{datetime.now(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')} written by attnflow {__version__}",
+    )
+    config = attrs.get("config")
+    model = config.get("model") if isinstance(config, dict) else None
+    scale = model.get("time_scale") if isinstance(model, dict) else None
+    if scale in _TIME_CONVENTIONS:
+        stored["time_convention"] = _TIME_CONVENTIONS[scale]
+    return stored
 
 
 # --- creation ------------------------------------------------------------------------------------
@@ -500,7 +554,7 @@ def _create_store(
     attrs: dict[str, Any],
     dtype: str,
 ) -> None:
-    group = zarr.open_group(path, mode="w-", zarr_format=3, attributes={**attrs, "status": "incomplete"})
+    group = zarr.open_group(path, mode="w-", zarr_format=3, attributes=_group_attributes(attrs))
     group.create_array(
         "t",
         shape=(n_snapshots_max,),
@@ -757,10 +811,11 @@ def _check_attrs(attrs: Mapping[str, Any] | None) -> dict[str, Any]:
         return {}
     if not isinstance(attrs, Mapping):
         raise ValueError(f"{_WHERE}: `attrs` must be a dict; got {type(attrs).__name__}.")
-    reserved = [key for key in _RESERVED_ATTRS if key in attrs]
+    reserved = [key for key in (*_RESERVED_ATTRS, *_STORE_ATTRS) if key in attrs]
     if reserved:
         raise ValueError(
-            f"{_WHERE}: `attrs` must not use the store's own keys {_RESERVED_ATTRS}; got {reserved[0]!r}."
+            f"{_WHERE}: `attrs` must not use the store's own keys {(*_RESERVED_ATTRS, *_STORE_ATTRS)}; "
+            f"got {reserved[0]!r}."
         )
     try:
         return json.loads(json.dumps(dict(attrs), allow_nan=False))
