@@ -289,3 +289,11 @@ def test_a_section_the_table_does_not_know_is_not_refused(tmp_path):
     check_unused({"attention": {"anything": 1}}, config_from_dict({}), where="x")  # no error
     with pytest.raises(ConfigError, match=r"`factor\.slope` must be left out"):
         check_unused({"factor": {"slope": 2.0}}, config_from_dict({"factor": {"slope": 2.0}}), where="x")
+
+
+def test_a_huge_value_is_cut_in_the_message():
+    with pytest.raises(ConfigError) as info:
+        config_from_dict({"model": {"beta": -(2**2000)}})  # a sign and 603 digits
+    message = str(info.value)
+    assert message.startswith("config: `model.beta` must be a number > 0; got -1148130695")
+    assert message.endswith("... (604 characters).") and len(message) < 300

@@ -22,6 +22,7 @@ from attnflow.cli.app import (
 from attnflow.cli.arguments import MAX_SEEDS, MAX_WORKERS, count_between, only_text, sizes_text
 from attnflow.cli.console import print_summary, say, stdout
 from attnflow.cli.progress import job_stages, progress_report
+from attnflow.io.arrays import ArrayFileError, check_array_file
 from attnflow.io.cache_folder import check_cache_folder
 from attnflow.io.out_folder import check_out_folder
 
@@ -153,8 +154,12 @@ def realize(
     ] = "a-priori",
 ) -> None:
     """Realise a target law: build the gauge, run the dynamics, write the run folder."""
-    with user_errors():
+    with user_errors():  # the cache folder and the target file, before JAX is imported
         check_cache_folder()
+        try:
+            check_array_file(target)
+        except ArrayFileError as error:
+            raise ValueError(f"realize: `--target` {error}.") from None
     from attnflow.numerics.program_cache import enable_persistent_cache
     from attnflow.workflows.realize import SUMMARY_KEYS as REALIZE_KEYS
     from attnflow.workflows.realize import run_realisation

@@ -16,7 +16,7 @@ import stat
 
 import numpy as np
 
-__all__ = ["ArrayFileError", "load_array"]
+__all__ = ["ArrayFileError", "check_array_file", "load_array"]
 
 _NPY_MAGIC = b"\x93NUMPY"
 _ZIP_MAGIC = b"PK\x03\x04"
@@ -30,14 +30,22 @@ class ArrayFileError(ValueError):
         self.constraint, self.value = constraint, value
 
 
-def load_array(path: str | os.PathLike) -> np.ndarray:
-    """The float64 array saved by ``np.save`` in ``path`` (see the module docstring)."""
-    shown = str(path)
+def check_array_file(path: str | os.PathLike) -> None:
+    """Raise ``ArrayFileError`` unless ``path`` names a non-empty regular file (nothing is opened:
+    the command line checks ``--target`` this way before it imports the library)."""
+    _check_kind(path, _stat(path))
+
+
+def _stat(path: str | os.PathLike) -> os.stat_result:
     try:
-        info = os.stat(path)  # follows links: a loop is ELOOP here, before any open
+        return os.stat(path)  # follows links: a loop is ELOOP here, before any open
     except OSError as error:
         reason = error.strerror if type(error) is OSError else type(error).__name__  # ELOOP: no subclass
-        raise ArrayFileError("a readable .npy file", f"{shown!r} ({reason})") from None
+        raise ArrayFileError("a readable .npy file", f"{str(path)!r} ({reason})") from None
+
+
+def _check_kind(path: str | os.PathLike, info: os.stat_result) -> None:
+    shown = str(path)
     if not stat.S_ISREG(info.st_mode):
         kind = (
             "a folder"
@@ -49,8 +57,23 @@ def load_array(path: str | os.PathLike) -> np.ndarray:
         raise ArrayFileError("a regular .npy file", f"{shown!r} ({kind})")
     if info.st_size == 0:
         raise ArrayFileError("a .npy file holding one array", f"{shown!r} (an empty file)")
+
+
+def load_array(path: str | os.PathLike) -> np.ndarray:
+    """The float64 array saved by ``np.save`` in ``path`` (see the module docstring)."""
+    shown = str(path)
+    _check_kind(path, _stat(path))
+    try:  # opened without blocking and checked again on the open file: a FIFO swapped in is refused
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as error:
+        raise ArrayFileError("a readable .npy file", f"{shown!r} ({error.strerror})") from None
     try:
-        with open(path, "rb") as file:
+        _check_kind(path, os.fstat(fd))
+    except ArrayFileError:
+        os.close(fd)
+        raise
+    try:
+        with os.fdopen(fd, "rb") as file:
             magic = file.read(len(_NPY_MAGIC))
             if magic.startswith(_ZIP_MAGIC):
                 raise ArrayFileError(

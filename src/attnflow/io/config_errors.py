@@ -5,7 +5,7 @@ Every problem with a configuration is a :class:`ConfigError` whose message is on
     {where}: `{key}` must be {constraint}; got {value!r}. {hint}
 
 ``where`` is the config file as given (``"config"`` for a Python dict, ``"--set"`` for a malformed
-or unknown override).
+or unknown override). A value whose ``repr`` is longer than :data:`MAX_SHOWN` characters is cut.
 """
 
 from typing import Any
@@ -46,9 +46,19 @@ class ConfigError(ValueError):
         return ConfigError.from_parts(self.key, self.constraint, self.value, hint=self.hint, where=where)
 
 
+MAX_SHOWN = 200  # characters of a value's repr in a message; a longer one is cut (a 600-digit integer)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    if len(text) <= MAX_SHOWN:
+        return text
+    return f"{text[: MAX_SHOWN - 40]}... ({len(text)} characters)"
+
+
 def _render(where: str, key: str | None, constraint: str, value: Any, hint: str) -> str:
     subject = f"`{key}`" if key else "the configuration"
-    message = f"{where}: {subject} must be {constraint}; got {value!r}."
+    message = f"{where}: {subject} must be {constraint}; got {_shown(value)}."
     if hint:
         message = f"{message} {hint}"
     return " ".join(message.splitlines())
