@@ -292,11 +292,13 @@ def test_realize_options_are_checked_before_anything_is_written(tmp_path, option
         (["run", "x.toml", "--bogus"], "error: attnflow run: No such option: --bogus"),
         (
             ["reproduce", "--seeds", "0"],
-            "error: attnflow reproduce: Invalid value for '--seeds': must be an integer in [1, 10000]; got 0.",
+            "error: attnflow reproduce: Invalid value for '--seeds': must be an integer in [1, 10000]; "
+            "got 0.",
         ),
         (
             ["reproduce", "--workers", "0"],
-            "error: attnflow reproduce: Invalid value for '--workers': must be an integer in [1, 1024]; got 0.",
+            "error: attnflow reproduce: Invalid value for '--workers': must be an integer in [1, 1024]; "
+            "got 0.",
         ),
     ],
 )
@@ -387,3 +389,62 @@ def test_reproduce_set_reaches_the_recorded_runs(tmp_path):
     (run,) = json.loads((out / "results.json").read_text())["experiments"]["E0"]["runs"]
     assert run["status"] == "ok"
     assert run["timing"]["steps"] == 2000 and run["timing"].get("steps_rejected", 0) == 0  # 20 / 0.01
+
+
+# --- option strings: bounded and strict ------------------------------------------------------------
+
+_MANY = ",".join(str(0.5 + k / 1000) for k in range(1001))
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["reproduce", "--only", "E1,,E2"],
+         "error: reproduce: `--only` must be a comma-separated list of experiment ids with no empty item; "
+         "got 'E1,,E2'."),
+        (["reproduce", "--only", ","], "error: reproduce: `--only` must be a comma-separated list of"),
+        (["reproduce", "--only", "E1,E1"],
+         "error: reproduce: `--only` must be a list of distinct experiment ids; got 'E1,E1'."),
+        (["reproduce", "--sizes", "64,"],
+         "error: reproduce: `--sizes` must be a comma-separated list of token counts with no empty item; "
+         "got '64,'."),
+        (["reproduce", "--sizes", "1e3"],
+         "error: reproduce: `--sizes` must be comma-separated token counts, integers in [2, 16777216]; "
+         "got '1e3'."),
+        (["reproduce", "--sizes", "64,99999999999"], "error: reproduce: `--sizes` must be comma-separated"),
+        (["reproduce", "--seeds", "99999999999999999999"],
+         "error: attnflow reproduce: Invalid value for '--seeds': must be an integer in [1, 10000]; "
+         "got 99999999999999999999."),
+        (["landscape", "{config}", "--continue", "model.beta=0:1e9:1e-9"],
+         "error: landscape: `--continue` must be at most 10000 values ((STOP - START) / STEP + 1; here "
+         "1e+18); got 'model.beta=0:1e9:1e-9'."),
+        (["landscape", "{config}", "--starts", "100000"],
+         "error: attnflow landscape: Invalid value for '--starts': must be an integer in [0, 10000]; "
+         "got 100000."),
+        (["sweep", "{config}", *["--grid", "model.beta=1,2"] * 33],
+         "error: sweep: `--grid` must be given at most 32 times; got '33 times'."),
+        (["sweep", "{config}", "--yes", "--grid", f"model.beta={_MANY}", "--grid", f"init.sigma={_MANY}"],
+         "error: sweep: `--grid` must be a grid of at most 1000000 points; got '1002001 points (1001 x "
+         "1001)'."),
+        (["sweep", "{config}", "--grid", "model.beta=" + "1," * 40_000 + "1"],
+         "error: sweep: `--grid` must be at most 65536 characters; got '80012 characters'."),
+        (["sweep", "{config}", "--grid", "model.beta=1,2", "--workers", "0"],
+         "error: attnflow sweep: Invalid value for '--workers': must be an integer in [1, 1024]; got 0."),
+        (["run", "{config}", "--set", "model.n=" + "[" * 5000 + "]" * 5000],
+         "error: --set: `model.n` must be nested at most 16 tables or arrays deep"),
+        (["run", "{config}", "--set", "model.n=" + "1" * 70_000],
+         "error: --set: the configuration must be given in at most 65536 characters; got '70008 "
+         "characters'."),
+    ],
+)  # fmt: skip
+def test_a_bad_option_string_is_one_line_and_exit_2_writing_nothing(config_file, tmp_path, args, line):
+    out = tmp_path / "out"
+    args = [arg.format(config=config_file) if arg == "{config}" else arg for arg in args]
+    before = sorted(p.name for p in tmp_path.iterdir())
+    start = time.perf_counter()
+    result = invoke(*args, "--out", str(out))
+    assert time.perf_counter() - start < 5.0  # refused before anything is planned or imported
+    assert result.exit_code == 2, result.output
+    assert result.stdout == "" and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(line), result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

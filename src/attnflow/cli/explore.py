@@ -154,7 +154,9 @@ def landscape(
     starts: Annotated[
         int,
         typer.Option(
-            min=0, max=MAX_STARTS, metavar="N", help="Random starts besides the closed-form candidates."
+            callback=count_between(0, MAX_STARTS),
+            metavar="N",
+            help="Random starts besides the closed-form candidates.",
         ),
     ] = 8,
     continue_: Annotated[
