@@ -139,3 +139,24 @@ def test_the_energy_overview_plots_the_relative_gap_per_experiment_horizon(writt
     _, ts, gap = curves[0]
     # E_max = 1, E = 1 - e^{-t}; atol: 1 - (1 - e^{-t}) cancels to round-off of 1
     np.testing.assert_allclose(gap, np.exp(-ts), rtol=1e-12, atol=1e-15)
+
+
+def test_cells_wrap_between_words_only(written):
+    text, _ = _page(written)
+    css = re.search(r"<style>(.*?)</style>", text, re.S).group(1)
+    assert "anywhere" not in css and "break-all" not in css  # "12|8", "statu|s" at 1400 px
+    cells = re.search(r"th,td\{([^}]*)\}", css).group(1)
+    assert "overflow-wrap:normal" in cells and "word-break:normal" in cells
+    assert re.search(r"(^|[}\s])th\{[^}]*white-space:nowrap", css)  # a header stays one line
+
+
+def test_the_report_s_figures_hold_their_layout(tmp_path, monkeypatch):
+    from figure_layout import capture_figures
+
+    experiments = [_experiment("E1"), _experiment("E5")]
+    jobs = [_job("E1", 20.0), _job("E5", 100.0)]
+    rows = [row for e in experiments for row in evaluate(e, [j for j in jobs if j.experiment == e.id])]
+    with capture_figures(monkeypatch) as saved:
+        report.write_figures(tmp_path, Outcome(experiments, jobs, rows, quick=True, wall_s=1.0))
+    assert len(saved) >= 4
+    assert [p for _, found in saved for p in found] == []

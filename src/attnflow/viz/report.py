@@ -194,7 +194,9 @@ def _final_states(path: Path, jobs: list[JobResult], outcome: Outcome) -> Path |
     for job in jobs:
         x, _ = job.figure.states[time_label(None)]
         title = f"{job.label}: {_shape(outcome, job)}\nn={job.n}, content, τ = {_horizon(job)}"
-        panels.append({"x": x, "color": _color(job, len(x)), "title": title})
+        color = _color(job, len(x))
+        bar = _color_label(outcome, job, len(x)) if np.ptp(color) > 0 else None  # one per range of labels
+        panels.append({"x": x, "color": color, "title": title, "color_label": bar})
     return plotting.write_comparison_figure(path, panels, ncols=min(len(panels), 7)) if panels else None
 
 

@@ -3,7 +3,8 @@
 A block is ``("h1" | "p" | "why", text)``, ``("h2", (anchor, text))``, ``("toc", [(anchor,
 text)])``, ``("table", (header, rows))``, ``("img", path)`` (a figure, embedded in the HTML as a
 256-colour palette PNG) or ``("link", path)`` (a figure linked, not embedded). The HTML has inline
-CSS and no script: it opens offline; tables scroll sideways inside the page rather than widen it.
+CSS and no script: it opens offline; tables scroll sideways inside the page rather than widen it,
+and their cells wrap between words only (a number or a header is never broken, "12|8").
 """
 
 from __future__ import annotations
@@ -50,8 +51,9 @@ def markdown_page(blocks: list[tuple[str, Any]], out_dir: Path) -> str:
 CSS = """body{font-family:system-ui,sans-serif;margin:2em auto;padding:0 1em;max-width:1200px;color:#222}
 .scroll{max-width:100%;overflow-x:auto}
 table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:0.85em}
-th,td{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top;overflow-wrap:anywhere}
-th{background:#f3f3f3}td.PASS{color:#176f2c;font-weight:bold}td.FAIL{color:#b00020;font-weight:bold}
+th,td{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top;overflow-wrap:normal;
+word-break:normal;hyphens:none}
+th{background:#f3f3f3;white-space:nowrap}td.PASS{color:#176f2c;font-weight:bold}td.FAIL{color:#b00020;font-weight:bold}
 td.SKIP{color:#8a6d00}img{max-width:100%;height:auto;border:1px solid #eee;margin:0.5em 0}
 figure{margin:1em 0;max-width:100%}figcaption{font-size:0.85em;color:#555}
 p.why{background:#f6f8fa;border-left:3px solid #4a78b0;padding:0.5em 0.8em}
