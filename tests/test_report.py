@@ -160,3 +160,52 @@ def test_the_report_s_figures_hold_their_layout(tmp_path, monkeypatch):
         report.write_figures(tmp_path, Outcome(experiments, jobs, rows, quick=True, wall_s=1.0))
     assert len(saved) >= 4
     assert [p for _, found in saved for p in found] == []
+
+
+def test_one_clock_names_the_same_wall_time_in_every_output(tmp_path):
+    import json
+
+    from rich.console import Console
+
+    experiments = [_experiment("E1")]
+    jobs = [_job("E1", 20.0)]
+    rows = evaluate(experiments[0], jobs)
+    outcome = Outcome(experiments, jobs, rows, quick=True, wall_s=1.0)
+    report.write_report(tmp_path, outcome, clock=lambda: 12.345)  # read once, after the figures
+    assert outcome.wall_s == 12.345
+    assert json.loads((tmp_path / "results.json").read_text())["wall_time_s"] == 12.345
+    assert "wall time 12.35 s" in (tmp_path / "table.md").read_text().splitlines()[0]
+    assert "wall time 12.3 s" in (tmp_path / "report.html").read_text()
+    console = Console(record=True, width=100)
+    console.print(report.summary_table(outcome))
+    assert "attnflow reproduce (wall time 12.3 s)" in console.export_text()
+
+
+def test_summary_rows_say_what_a_size_without_expectations_is():
+    experiment = Experiment.model_validate(
+        {
+            "id": "E9",
+            "title": "t",
+            "setting": "s",
+            "shape": "circle",
+            "sizes": [N, 2 * N],
+            "seeds": [0],
+            "config": {},
+            "expect": [
+                {
+                    "text": "some size",
+                    "metric": "mean_cosine",
+                    "op": ">=",
+                    "bound": 0.5,
+                    "across": "some size",
+                }
+            ],
+        }  # fmt: skip
+    )
+    import dataclasses
+
+    jobs = [_job("E9", 20.0), dataclasses.replace(_job("E9", 20.0), n=2 * N)]
+    rows = evaluate(experiment, jobs)
+    table = report._summary_rows(Outcome([experiment], jobs, rows, quick=True, wall_s=1.0))
+    assert all("—" not in cell for row in table for cell in row)  # no cell reads as a missing result
+    assert any(row[1] == "any n" and row[3] == "(rows above)" for row in table)

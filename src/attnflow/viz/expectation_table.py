@@ -107,7 +107,7 @@ def markdown_table(results: dict[str, Any]) -> str:
     head = (
         f"{counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['SKIP']} SKIP"
         f" ({'quick' if results['quick'] else 'full'} run, attnflow {results['attnflow_version']},"
-        f" {fmt(results['wall_time_s'])} s wall)"
+        f" wall time {fmt(results['wall_time_s'])} s)"
     )
     body = "\n".join("| " + " | ".join(_cell(c) for c in line) + " |" for line in table_rows(results))
     return f"{head}\n\n{HEADER}\n{body}\n"

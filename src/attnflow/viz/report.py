@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -314,8 +315,12 @@ def _summary_rows(outcome: Outcome) -> list[list[str]]:
             passed = sum(r["status"] == "PASS" for r in mine)
             skipped = sum(r["status"] == "SKIP" for r in mine)
             counts = f"{passed}/{len(mine)}" + (f" ({skipped} skipped)" if skipped else "") if mine else "—"
-            wall_text = f"{wall:.1f}" if n != "some" else "—"
-            table.append([experiment.id, str(n), counts, wall_text, _status(mine) if mine else "—"])
+            if not mine:  # runs at this size, judged only at another: not a missing result
+                counts = "none at this n"
+            # an expectation on some size (any n of the experiment): its runs are timed in the rows above
+            wall_text = f"{wall:.1f}" if n != "some" else "(rows above)"
+            size = "any n" if n == "some" else str(n)
+            table.append([experiment.id, size, counts, wall_text, _status(mine) if mine else "ran"])
     return table
 
 
@@ -324,7 +329,7 @@ SUMMARY_HEADER = ["experiment", "n", "passed/total", "wall time (s)", "status"]
 
 def summary_table(outcome: Outcome) -> Table:
     """The end-of-run table: experiment, n, passed/total, wall time."""
-    table = Table(title=f"attnflow reproduce ({outcome.wall_s:.0f} s)")
+    table = Table(title=f"attnflow reproduce (wall time {outcome.wall_s:.1f} s)")
     for name in SUMMARY_HEADER:
         table.add_column(name)
     for row in _summary_rows(outcome):
@@ -457,11 +462,17 @@ def _blocks(outcome: Outcome, figures: dict[str, list[Path]]) -> list[tuple[str,
     return blocks
 
 
-def write_report(out_dir: Path, outcome: Outcome) -> list[Path]:
+def write_report(out_dir: Path, outcome: Outcome, *, clock: Callable[[], float] | None = None) -> list[Path]:
     """Write figures, ``results.json``, ``table.md`` (every expectation row), ``report.md`` and
-    ``report.html`` into ``out_dir``."""
+    ``report.html`` into ``out_dir``.
+
+    ``clock()``: the run's wall time so far, read once the figures are drawn, into
+    ``outcome.wall_s``: the one duration that results.json, table.md, the report and the console
+    table then show (the run from its start to its report, drawing included)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     by_section = write_figures(out_dir, outcome)
+    if clock is not None:
+        outcome.wall_s = float(clock())
     embedded = [p for key, paths in by_section.items() if key != "files" for p in paths]
     results = results_dict(outcome, embedded)
     write_json(out_dir / "results.json", results, indent=1)
