@@ -214,6 +214,38 @@ def test_a_library_bug_is_not_reported_as_bad_input(config_file, tmp_path, monke
         assert result.exception is error
 
 
+def test_a_write_refused_inside_the_run_folder_is_one_line_and_exit_3(config_file, tmp_path, monkeypatch):
+    # the folder made read-only (chmod) after the start-up checks: the disk refused the run, not a bug
+    import errno
+
+    from attnflow.cli.app import disk_failure
+    from attnflow.workflows import run as run_module
+
+    out = tmp_path / "out"
+    inside = PermissionError(errno.EACCES, "Permission denied", str(out / ".metrics.json.1.tmp"))
+    elsewhere = PermissionError(errno.EACCES, "Permission denied", str(tmp_path / "cache" / "x"))
+    assert disk_failure(inside, out) and not disk_failure(elsewhere, out)
+    assert disk_failure(OSError(errno.ENOSPC, "No space left on device"), out)
+    assert not disk_failure(FileNotFoundError(errno.ENOENT, "No such file", str(out / "x")), out)
+
+    def refused(*args, **kwargs):
+        raise inside
+
+    monkeypatch.setattr(run_module, "run", refused)
+    result = invoke("run", str(config_file), "--out", str(out))
+    assert result.exit_code == 3, result.output
+    assert result.stderr.splitlines() == [
+        f"error: Permission denied ({out / '.metrics.json.1.tmp'}); the run folder keeps every completed "
+        "snapshot and records the status where the disk allowed."
+    ]
+
+    def refused_elsewhere(*args, **kwargs):
+        raise elsewhere
+
+    monkeypatch.setattr(run_module, "run", refused_elsewhere)
+    assert invoke("run", str(config_file), "--out", str(out)).exception is elsewhere  # a bug: its traceback
+
+
 def test_a_run_that_goes_non_finite_exits_3_and_keeps_its_folder(tmp_path):
     # beta = 88 in float32: exp(beta) overflows within the first steps.
     config = tmp_path / "overflow.toml"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import errno
+import os
 import signal
 from collections.abc import Iterator
 from concurrent.futures.process import BrokenProcessPool
@@ -117,6 +119,35 @@ def user_errors() -> Iterator[None]:
         raise typer.Exit(code=EXIT_BAD_INPUT) from None
     except BrokenProcessPool as error:  # a seed worker died (killed, out of memory): the run did not finish
         say(f"error: {error}")
+        raise typer.Exit(code=EXIT_UNFINISHED) from None
+
+
+DISK_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)  # a full, read-only or failing disk
+REFUSED_WRITES = (errno.EACCES, errno.EPERM)  # the folder made read-only (chmod) after the start
+
+
+def disk_failure(error: OSError, folder: Path | None) -> bool:
+    """Whether ``error`` is the disk failing a command that had started writing into ``folder``: a
+    full, read-only or failing disk anywhere, or a write refused inside ``folder`` (its permissions
+    changed after the start-up checks). Any other OSError is a bug and keeps its traceback."""
+    if error.errno in DISK_FAILURES:
+        return True
+    if error.errno not in REFUSED_WRITES or folder is None or error.filename is None:
+        return False
+    inside = os.path.abspath(os.fsdecode(error.filename))
+    return os.path.commonpath([inside, os.path.abspath(folder)]) == os.path.abspath(folder)
+
+
+@contextlib.contextmanager
+def disk_failures(folder: Path | None, *, kept: str = "what was complete before") -> Iterator[None]:
+    """A :func:`disk_failure` while the block writes into ``folder``: one line on stderr and exit
+    code 3 (the run started but did not finish as asked)."""
+    try:
+        yield
+    except OSError as error:
+        if not disk_failure(error, folder):
+            raise
+        say(f"error: {error.strerror} ({error.filename or folder}); the folder {str(folder)!r} keeps {kept}.")
         raise typer.Exit(code=EXIT_UNFINISHED) from None
 
 

@@ -15,6 +15,7 @@ from attnflow.cli.app import (
     SET,
     Command,
     app,
+    disk_failures,
     exit_unless_ok,
     positive,
     user_errors,
@@ -101,7 +102,10 @@ def reproduce(
             ids, token_counts = parse_only(only), parse_sizes(sizes)
             apply_overrides({}, set_)  # malformed --set values, before any experiment is read
             check_out_folder(out)
-            with progress_report("reproduce", "compiling") as report:
+            with (
+                disk_failures(out, kept="every experiment it finished (--resume continues)"),
+                progress_report("reproduce", "compiling") as report,
+            ):
                 options = dict(quick=quick, only=ids, sizes=token_counts, n_seeds=seeds, workers=workers)
                 options.update(overrides=tuple(set_), resume=resume, overwrite=overwrite)
                 progress = interrupts.raising_noted(job_stages(report))
@@ -167,7 +171,10 @@ def realize(
     enable_persistent_cache()
     with user_errors():
         out = check_out_folder(out if out is not None else Path("runs") / f"realize-{kind}-{target.stem}")
-        with progress_report("realize", "simulating") as bar:
+        with (
+            disk_failures(out, kept="every completed snapshot"),
+            progress_report("realize", "simulating") as bar,
+        ):
             result = run_realisation(
                 target, kind=kind, n=n, out=out, seed=seed, t_end=t_end, mode=mode, progress=bar
             )

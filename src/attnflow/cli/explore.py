@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from attnflow.cli.app import EXIT_UNFINISHED, SET, Command, ConfigCommand, app, user_errors
+from attnflow.cli.app import EXIT_UNFINISHED, SET, Command, ConfigCommand, app, disk_failures, user_errors
 from attnflow.cli.arguments import (
     MAX_STARTS,
     MAX_WORKERS,
@@ -100,7 +100,8 @@ def sweep(
             tls = TlsFiles(ca_file=tls_ca_file, cert=tls_cert, key=tls_key)
         if scheduler is not None:
             check_scheduler(scheduler)
-        with progress_report("sweep", "simulating") as progress:
+        kept = "every finished point (a second run skips them)"
+        with disk_failures(out, kept=kept), progress_report("sweep", "simulating") as progress:
             summary = run_sweep(plan, out, scheduler=scheduler, workers=workers, progress=progress, tls=tls)
     for message, count in summary.warnings.items():
         say(f"warning ({count} points): {message}")
@@ -179,7 +180,8 @@ def landscape(
 
     with user_errors():
         continuation = None if continue_ is None else parse_continuation(continue_)
-        result = run_landscape(cfg, out, starts=starts, continuation=continuation)
+        with disk_failures(out):
+            result = run_landscape(cfg, out, starts=starts, continuation=continuation)
     best = result.states[0] if result.states else None
     rows = {"states": len(result.states), "starts": len(result.starts)}
     if best is not None:

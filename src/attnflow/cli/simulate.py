@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import signal
 from pathlib import Path
 from typing import Annotated
@@ -17,6 +16,7 @@ from attnflow.cli.app import (
     Command,
     ConfigCommand,
     app,
+    disk_failure,
     exit_unless_ok,
     user_errors,
 )
@@ -29,8 +29,6 @@ SUMMARY_KEYS = (
     "energy", "energy_gap", "mean_cosine", "gauge_mean_cosine", "shape", "gauge_shape", "n_clusters", "n_eff",
     "orbit_residual", "planarity", "collapse_time", "gauge_collapse_time", "energy_monotone",
 )  # fmt: skip
-
-DISK_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)  # a full, read-only or failing disk
 
 
 def _refuse_an_earlier_run_of_this_config(out: Path, *, resume: bool, overwrite: bool) -> None:
@@ -96,7 +94,7 @@ def run(
                 f"{config} --out {out} --resume")  # fmt: skip
         raise typer.Exit(code=EXIT_INTERRUPTED) from None
     except OSError as error:  # the disk failed the run once started; any other OSError is a bug
-        if error.errno not in DISK_FAILURES:
+        if not disk_failure(error, out):
             raise
         say(f"error: {error.strerror} ({error.filename or out}); the run folder keeps every completed "
             "snapshot and records the status where the disk allowed.")  # fmt: skip
