@@ -103,6 +103,32 @@ def test_the_page_keys_the_label_with_the_colour_map_of_the_figures():
     assert "hsl" not in page  # no second colour scheme
 
 
+def test_the_page_reads_out_each_panel_s_mean_cosine_per_frame_and_has_speed_and_keys():
+    run = _stored()
+    page = viewer_html(run.ts, run.xs, run.xi, run.gauge_frame, title="readout")
+    data = _data(page)
+    u = np.einsum("nij,tnj->tni", run.gauge, run.xs)
+    for panel, states in enumerate((run.xs, u)):
+        cosines = [np.mean(x @ x.T) for x in states]  # (1/n²) Σ_ij ⟨x_i, x_j⟩
+        np.testing.assert_allclose(data["mean_cosine"][panel], cosines, atol=1e-4)  # rounded to 4 digits
+    assert 'id="speed"' in page and '"ArrowRight"' in page and 'e.key === " "' in page
+
+
+@pytest.mark.skipif(BROWSER is None, reason="no Chromium on this machine (CI installs one)")
+def test_the_read_out_follows_the_frame_in_a_real_browser(tmp_path):
+    run = _stored()
+    page = write_viewer(run, tmp_path / "viewer.html", title="synthetic")
+    dom = subprocess.run(
+        [BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         "--disable-background-networking", f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom",
+         f"{page.as_uri()}#frame=-1"],
+        check=True, capture_output=True, text=True, timeout=120,
+    ).stdout  # fmt: skip
+    last = _data(page.read_text())["mean_cosine"][0][-1]
+    assert f"mean cosine {last:.4f}" in dom
+    assert re.search(r"t = 14\.5\s+\(snapshot 30 of 30\)", dom)
+
+
 def test_fill_template_names_a_missing_field():
     from attnflow.viz.viewer import fill_template
 

@@ -4,7 +4,9 @@ time slider; the content ``x`` beside the gauge frame ``u = Q(xi) x`` when the r
 The page holds everything it shows (no network, no library): positions of a token subsample at a
 subsample of the snapshots, as 16-bit integers in base64, and a small canvas renderer. Colour is
 the label on the colour map of every attnflow picture (:mod:`attnflow.viz.colours`), with a key
-naming the label's range. Dimensions above 3 show the first three coordinates; ``d = 2`` lies on
+naming the label's range; faint axes x1, x2, x3; under each panel the mean cosine of the shown
+tokens at the shown time; play/pause (or the space bar), a speed control, and the arrow keys to
+step. Dimensions above 3 show the first three coordinates (the legend says so); ``d = 2`` lies on
 the equator.
 
 The page is the template ``viewer.html`` with its three fields ``__TITLE__``, ``__LEGEND__`` and
@@ -90,11 +92,18 @@ def viewer_html(
         "phase": [round(float(p), 4) for p in label_scale(labels)],
         "stops": list(LABEL_STOPS),
         "positions": base64.b64encode(scaled.tobytes()).decode("ascii"),
+        # per panel and frame: the mean cosine (1/k²) Σ_ij ⟨x_i, x_j⟩ = |mean of x_i|² of the shown tokens
+        "mean_cosine": [
+            [round(float(v), 4) for v in np.sum(np.mean(s, axis=1) ** 2, axis=-1)] for s in stacks
+        ],
     }
     tokens_shown = f"{len(tokens)} of {n_tokens or xs.shape[1]} tokens"
     shown = f"{tokens_shown}, {len(frames)} of {n_snapshots or len(ts)} snapshots"
     legend = f"{html.escape(shown)}." + (
-        " d &gt; 3: the first three coordinates." if xs.shape[-1] > 3 else ""
+        f" d = {xs.shape[-1]} &gt; 3: the first three coordinates, as in the movie (the figures show"
+        " instead the plane of the two leading principal directions of each snapshot)."
+        if xs.shape[-1] > 3
+        else ""
     )
     low, high = (float(np.min(labels)), float(np.max(labels))) if len(labels) else (0.0, 0.0)
     template = resources.files("attnflow.viz").joinpath("viewer.html").read_text(encoding="utf-8")
