@@ -209,3 +209,23 @@ def test_summary_rows_say_what_a_size_without_expectations_is():
     table = report._summary_rows(Outcome([experiment], jobs, rows, quick=True, wall_s=1.0))
     assert all("—" not in cell for row in table for cell in row)  # no cell reads as a missing result
     assert any(row[1] == "any n" and row[3] == "(rows above)" for row in table)
+
+
+def test_the_readme_gets_the_summary_line_and_the_docs_the_full_table(tmp_path):
+    import json
+
+    from attnflow.viz import expectation_table
+
+    experiments = [_experiment("E1")]
+    rows = evaluate(experiments[0], [_job("E1", 20.0)])
+    results = {"experiments": {"E1": {"expectations": rows}}, "counts": {"PASS": 3, "FAIL": 0, "SKIP": 1},
+               "quick": False, "attnflow_version": "0", "wall_time_s": 41.5}  # fmt: skip
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{expectation_table.START}\nold table\n{expectation_table.END}\nafter\n")
+    expectation_table.main([str(tmp_path / "results.json"), str(readme)])
+    text = readme.read_text()
+    assert "old table" not in text and "| E1 |" not in text  # no table in the README
+    assert "3 PASS, 0 FAIL, 1 SKIP (full run, attnflow 0, wall time 41.5 s)" in text
+    table = (tmp_path / "docs" / "figures" / "reproduce_table.md").read_text()
+    assert table == expectation_table.markdown_table(results) and "| E1 |" in table

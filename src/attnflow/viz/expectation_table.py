@@ -3,8 +3,9 @@ row, none chosen.
 
 ``markdown_table(results)`` has one line per expectation and variant, the sizes side by side;
 ``write_table`` writes it as ``table.md`` beside the report. ``python -m attnflow.viz.expectation_table
-RESULTS_JSON README.md`` replaces the block between ``<!-- reproduce-table -->`` and
-``<!-- /reproduce-table -->`` of a README with it (how the project's README table is made).
+RESULTS_JSON README.md`` writes it into ``docs/figures/reproduce_table.md`` beside the README (the
+docs' experiment pages show its rows) and replaces the block between ``<!-- reproduce-table -->``
+and ``<!-- /reproduce-table -->`` of the README with its summary line.
 """
 
 from __future__ import annotations
@@ -127,12 +128,28 @@ def replace_block(text: str, table: str) -> str:
     return text[: start + len(START)] + "\n" + table + text[end:]
 
 
+TABLE_PAGE = Path("docs") / "figures" / "reproduce_table.md"  # beside the README: the docs' copy
+
+
+def summary_block(results: dict[str, Any]) -> str:
+    """What the README holds between the markers: the run's summary line and where its table is."""
+    head = markdown_table(results).splitlines()[0]
+    return (
+        f"{head}\n\nEvery row, with the measured value per size, is on each experiment's page of the "
+        f"docs (Experiments) and in `{TABLE_PAGE.as_posix()}`.\n"
+    )
+
+
 def main(argv: list[str]) -> None:
+    """``RESULTS_JSON README_MD``: the full table into ``docs/figures/reproduce_table.md`` beside
+    the README (the docs' experiment pages show its rows), and its summary line into the README."""
     if len(argv) != 2:
         raise SystemExit("usage: python -m attnflow.viz.expectation_table RESULTS_JSON README_MD")
     results = json.loads(Path(argv[0]).read_text())
     readme = Path(argv[1])
-    readme.write_text(replace_block(readme.read_text(), markdown_table(results)))
+    (readme.parent / TABLE_PAGE).parent.mkdir(parents=True, exist_ok=True)
+    write_text(readme.parent / TABLE_PAGE, markdown_table(results))
+    readme.write_text(replace_block(readme.read_text(), summary_block(results)))
 
 
 if __name__ == "__main__":

@@ -351,8 +351,12 @@ def reproduce(
     overrides: Sequence[str] = (),
     resume: bool = False,
     overwrite: bool = False,
+    started: float | None = None,
 ) -> Outcome:
     """Run the experiments, evaluate every expectation, write the report into ``out_dir``.
+
+    ``started``: the ``time.perf_counter()`` at which the command started (its start-up then counts
+    too); None: now. The one wall time every output names runs from there to the drawn report.
 
     ``overrides`` (``key=value``) apply to every simulated run, e.g. ``("solver.method=rk4",)``
     for fixed steps of each file's ``dt`` (benchmarks compare it with the files' settings).
@@ -372,7 +376,7 @@ def reproduce(
     """
     from attnflow.viz import report  # matplotlib is imported only when a report is written
 
-    start = time.perf_counter()
+    start = time.perf_counter() if started is None else float(started)
     out_dir = Path(out_dir)
     experiments = load_experiments(only)
     for job in plan(experiments, quick=quick, sizes=sizes, n_seeds=n_seeds, overrides=overrides):
