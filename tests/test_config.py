@@ -106,6 +106,7 @@ def test_defaults_match_spec():
             "causal": False,
             "value": "gradient",
             "noise": 0.0,
+            "sources": 0,
         },
         "aux": {
             "kind": "none",
@@ -273,7 +274,7 @@ def test_override_value_error_names_file_key_and_value(tmp_path):
         ({"model": {"beta": 0}}, r"`model\.beta` must be a number > 0; got 0\."),
         ({"model": {"beta": math.inf}}, r"`model\.beta` must be a number > 0; got inf\. .*Infin"),
         ({"model": {"noise": -1.0}}, r"`model\.noise` must be a number >= 0; got -1\.0\."),
-        ({"model": {"causal": "maybe"}}, r"`model\.causal` must be true or false; got 'maybe'\."),
+        ({"model": {"causal": "maybe"}}, r"`model\.causal` must be true, false or 'strict'; got 'maybe'\."),
         ({"model": {"normalization": "softmax"}}, r"`model\.normalization` must be one of "),
         ({"aux": {"spacing": -0.5}}, r"`aux\.spacing` must be 'index', 'unit', 'midpoint' or a "),
         ({"aux": {"n_prompts": 0}}, r"`aux\.n_prompts` must be an integer >= 1; got 0\."),
@@ -326,7 +327,7 @@ def test_unknown_key_and_section_list_what_is_allowed():
     assert "got 'methd'. Unknown key; did you mean 'method'? Allowed keys: method, dt," in message
     message = error_message({"solvr": {}})
     assert "`solvr` must be one of the sections; got 'solvr'" in message
-    assert "Allowed sections: model, aux, gauge, factor, init, solver, storage." in message
+    assert "Allowed sections: model, aux, gauge, factor, init, solver, storage, attention." in message
 
 
 @pytest.mark.parametrize(
@@ -566,8 +567,8 @@ def test_config_error_also_takes_a_finished_message():
     [
         ("model", "n", "64", "an integer >= 2"),
         ("model", "n", 64.0, "an integer >= 2"),
-        ("model", "causal", "yes", "true or false"),
-        ("model", "causal", 1, "true or false"),
+        ("model", "causal", "yes", "true, false or 'strict'"),
+        ("model", "causal", 1, "true, false or 'strict'"),
         ("model", "beta", True, "a number > 0"),
         ("model", "beta", "1.0", "a number > 0"),
         ("aux", "n_prompts", "4", "an integer >= 1"),
@@ -598,7 +599,7 @@ def test_strict_types_still_take_toml_ints_for_numbers_and_strings_for_paths(tmp
     assert config.model.beta == 2.0 and isinstance(config.model.beta, float | int)
     assert config.gauge.frequencies == (1.0, 2.5)
     assert Path(config.init.path).name == "x0.npy"
-    with pytest.raises(ConfigError, match=r"`model\.causal` must be true or false; got 'yes'\."):
+    with pytest.raises(ConfigError, match=r"`model\.causal` must be true, false or 'strict'; got 'yes'\."):
         load_config(path, ["model.causal=yes"])
     with pytest.raises(ConfigError, match=r"`model\.n` must be an integer >= 2; got '64'\."):
         load_config(path, ['model.n="64"'])

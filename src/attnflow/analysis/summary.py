@@ -125,6 +125,18 @@ def _snapshot_function(kernel: Kernel, method: str, *, block_size: int | None, t
     return measure
 
 
+def _field_measure(field):
+    """``x -> (E(x), mean cosine, mean cosine)`` for a field with its own ``energy`` (heads: the
+    content is its own frame)."""
+    evaluate = jax.jit(lambda x: (field.energy(x), metrics.mean_cosine(x)))
+
+    def measure(x) -> tuple[float, float, float]:
+        e, c = evaluate(jnp.asarray(x))
+        return float(e), float(c), float(c)
+
+    return measure
+
+
 def energy_series(kernel: Kernel, xs, *, block_size: int | None = None) -> np.ndarray:
     """``E`` of every snapshot of ``xs (T, n, d)`` (one compiled evaluation, called per snapshot)."""
     fn = _snapshot_function(kernel, "exact", block_size=block_size, tolerance=0.0)
@@ -151,10 +163,16 @@ class OnlineSummary:
         energy: str = "exact",
         tolerance: float = 1e-10,
         theta_c: float = 0.1,
+        field=None,
     ) -> None:
         self.kernel, self.groups, self.theta_c = kernel, groups, theta_c
         self.energy_method, self.tolerance = energy, tolerance
-        self._measure = _snapshot_function(kernel, energy, block_size=block_size, tolerance=tolerance)
+        self.gradient_flow = True if field is None else bool(field.gradient_flow)
+        if hasattr(field, "heads"):  # a layer of heads: its own energy (the kernel is the identity's)
+            self.energy_method = "heads (sum over the heads of (1/(2n^2)) sum_ij w_ij phi(<q_i, k_j>))"
+            self._measure = _field_measure(field)
+        else:
+            self._measure = _snapshot_function(kernel, energy, block_size=block_size, tolerance=tolerance)
         self.series: dict[str, list] = {
             k: [] for k in ("t", "energy", "mean_cosine", "gauge_mean_cosine", "n_eff")
         }
@@ -196,12 +214,18 @@ class OnlineSummary:
             how = f"subsample of {rows.size} of {n} tokens (one in {rows[1] - rows[0]})"
             methods.update({key: how for key in PAIRWISE_KEYS}, series_n_eff="skipped (null)")
         energies = np.asarray(self.series["energy"], dtype=float)
-        e_max = energy_max(kernel)
+        e_max = energy_max(kernel) if self.gradient_flow and self._measure_is_kernel else None
         e_last = float(energies[-1])
+        if not self.gradient_flow:
+            methods["energy_gap"] = methods["energy_monotone"] = (
+                "not a gradient flow (a causal mask, softmax rows, values outside the gradient, or heads "
+                "outside cases (a)/(b)): E is measured, but nothing makes it monotone or bounds it"
+            )
         final.update(
             energy=e_last,
             energy_max=e_max,
-            energy_gap=_relative_gap(e_max, e_last),
+            energy_gap=None if e_max is None else _relative_gap(e_max, e_last),
+            gradient_flow=self.gradient_flow,
             energy_monotone=metrics.is_monotone(energies, tol=self._monotone_tol(e_last)),
             collapse_time=metrics.collapse_time(
                 self.series["t"], self.series["mean_cosine"], threshold=COLLAPSE_THRESHOLD
@@ -228,6 +252,10 @@ class OnlineSummary:
         final["series"] = {k: list(v) for k, v in self.series.items()}
         final["methods"] = methods
         return final
+
+    @property
+    def _measure_is_kernel(self) -> bool:
+        return not self.energy_method.startswith("heads")
 
     def _monotone_tol(self, e_last: float) -> float:
         """Round-off of the energy sum, plus twice the expansion's error bound where it is used."""

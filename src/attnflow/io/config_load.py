@@ -135,6 +135,9 @@ def _constraint(field: FieldInfo) -> str:
 
 def _phrase(annotation: Any, metadata: tuple[Any, ...] = ()) -> str:
     parts = _alternatives(annotation, metadata)
+    if len(parts) > 1:  # "true or false" among others: true, false or 'strict'
+        split = {_SINGULAR[bool]: ["true", "false"]}
+        parts = [item for part in parts for item in split.get(part, [part])]
     if len(parts) == 1:
         return parts[0]
     if all(part.startswith("'") for part in parts):
@@ -301,6 +304,10 @@ def _resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
         path = table.get("path") if isinstance(table, Mapping) else None
         if isinstance(path, str) and path:
             result[name] = {**table, "path": str((base / Path(path).expanduser()).resolve())}
+    attention = data.get("attention")
+    weights = attention.get("weights") if isinstance(attention, Mapping) else None
+    if isinstance(weights, str) and weights.endswith(".npz"):  # a file, not a named generator
+        result["attention"] = {**attention, "weights": str((base / Path(weights).expanduser()).resolve())}
     return result
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from attnflow.io.config_errors import ConfigError
 
-__all__ = ["FIXED_STEP_METHODS", "MAX_STEPS", "RULES", "check_rules"]
+__all__ = ["FIXED_STEP_METHODS", "MAX_STEPS", "RULES", "WEIGHT_MAKERS", "check_rules", "gauge_dim"]
 
 FIXED_STEP_METHODS = ("euler", "rk4", "geodesic_rk4")
 MULTIPLE_RTOL = 1e-9  # relative tolerance for "save_every is a whole multiple of dt"
@@ -160,8 +160,16 @@ def _softmax_has_nonnegative_factor(config) -> None:
         )
 
 
+def gauge_dim(config) -> int:
+    """The dimension the gauge acts on: ``attention.head_dim`` with heads (``model.d`` by default)."""
+    attention = config.attention
+    if attention is not None and attention.head_dim is not None:
+        return attention.head_dim
+    return config.model.d
+
+
 def _rope_frequencies_fit(config) -> None:
-    gauge, d = config.gauge, config.model.d
+    gauge, d = config.gauge, gauge_dim(config)
     explicit = isinstance(gauge.frequencies, tuple)
     if gauge.kind == "rope" and explicit and len(gauge.frequencies) > d // 2:
         raise ConfigError.from_parts(
@@ -173,7 +181,7 @@ def _rope_frequencies_fit(config) -> None:
 
 
 def _generators_fit(config) -> None:
-    gauge, d = config.gauge, config.model.d
+    gauge, d = config.gauge, gauge_dim(config)
     if gauge.kind != "generalized_rope":
         return
     if gauge.generators is None:
@@ -211,6 +219,54 @@ def _expansion_has_label_structure(config) -> None:
         )
 
 
+WEIGHT_MAKERS = ("identity", "gaussian", "orthogonal", "shared")
+
+
+def _sources_leave_movers(config) -> None:
+    n, sources = config.model.n, config.model.sources
+    if sources >= n:
+        raise ConfigError.from_parts(
+            "model.sources",
+            f"below `model.n` = {n} (at least one token must move)",
+            sources,
+        )
+
+
+def _attention_is_consistent(config) -> None:
+    attention = config.attention
+    if attention is None:
+        return
+    weights = attention.weights
+    if weights not in WEIGHT_MAKERS and not weights.endswith(".npz"):
+        raise ConfigError.from_parts(
+            "attention.weights",
+            f"one of {WEIGHT_MAKERS} or a .npz file",
+            weights,
+            hint="A file holds the arrays query, key, value (H, d_h, d) and output (H, d, d_h).",
+        )
+    if config.model.value != "gradient":
+        raise ConfigError.from_parts(
+            "model.value",
+            "'gradient' (the default) with an [attention] section, whose `attention.values` says how "
+            "values are read",
+            config.model.value,
+            hint="Use attention.values = 'plain' for a RoPE layer (values outside the rotation).",
+        )
+    if attention.alibi and config.factor.kind != "distance_bias":
+        raise ConfigError.from_parts(
+            "attention.alibi",
+            "false unless `factor.kind` = 'distance_bias' (the slopes are per-head distance biases)",
+            attention.alibi,
+        )
+    if config.solver.interaction == "expansion" and config.model.normalization == "sa":
+        raise ConfigError.from_parts(
+            "solver.interaction",
+            "'exact' with heads and model.normalization = 'sa' (the softmax expansion of unbounded "
+            "logits needs degrees beyond its limits)",
+            config.solver.interaction,
+        )
+
+
 RULES: tuple[Callable[[Any], None], ...] = (
     _file_kinds_have_paths,
     _cap_center_has_d_entries,
@@ -223,6 +279,8 @@ RULES: tuple[Callable[[Any], None], ...] = (
     _rope_frequencies_fit,
     _generators_fit,
     _expansion_has_label_structure,
+    _sources_leave_movers,
+    _attention_is_consistent,
 )
 
 

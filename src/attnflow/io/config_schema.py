@@ -1,4 +1,5 @@
-"""The configuration's schema: seven frozen sections, each field with its type, range and default.
+"""The configuration's schema: seven frozen sections and an optional eighth (``attention``), each
+field with its type, range and default.
 
 A configuration is plain, frozen data: seven sections (``model``, ``aux``, ``gauge``, ``factor``,
 ``init``, ``solver``, ``storage``), each a pydantic model whose defaults are the library's defaults.
@@ -15,11 +16,12 @@ from typing import Annotated, Literal, Self
 
 import numpy as np
 from annotated_types import Ge, Gt, Le, MinLen
-from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_serializer, model_validator
 
 from attnflow.io.config_rules import check_rules
 
 __all__ = [
+    "AttentionConfig",
     "AuxConfig",
     "Config",
     "FactorConfig",
@@ -61,9 +63,14 @@ class ModelConfig(_Frozen):
     time_scale: Literal["plain", "rescaled"] = "plain"
     profile: Literal["exp", "linear"] = "exp"
     normalization: Literal["usa", "sa"] = "usa"
-    causal: Bool = False
+    causal: Bool | Literal["strict"] = Field(
+        False, description="false, true (token i sees the tokens j <= i by position) or 'strict' (j < i)"
+    )
     value: Literal["gradient", "logits_only"] = "gradient"
     noise: NonNegativeFloat = 0.0
+    sources: Annotated[Int, Ge(0)] = Field(
+        0, description="the first `sources` tokens by position are attended to and never move"
+    )
 
 
 class AuxConfig(_Frozen):
@@ -117,6 +124,28 @@ class FactorConfig(_Frozen):
     slope: NonNegativeFloat = 1.0
     omega: Float = 2 * np.pi
     path: FilePath = None
+
+
+class AttentionConfig(_Frozen):
+    """Attention heads with query, key, value and output maps (absent: the paper's single head
+    with identity maps)."""
+
+    heads: Int = Field(1, ge=1, le=1024)
+    head_dim: Int | None = Field(None, ge=1, le=65536, description="d_h; null: model.d")
+    values: Literal["plain", "rotated"] = Field(
+        "rotated", description="'plain' (a RoPE layer: out = W_O sum a W_V x) or 'rotated' (the paper's)"
+    )
+    weights: Str = Field(
+        "identity",
+        min_length=1,
+        description="'identity', 'gaussian', 'orthogonal', 'shared' (W_Q = W_K = W_V = W, W_O = W^T; "
+        "seeded), or a .npz file holding query, key, value (H, d_h, d) and output (H, d, d_h)",
+    )
+    scale: PositiveFloat = Field(1.0, description="the random maps' scale (|W x| about scale)")
+    seed: Seed = 0
+    alibi: Bool = Field(
+        False, description="per-head distance-bias slopes 2^(-8h/H) (factor.kind = 'distance_bias')"
+    )
 
 
 class InitConfig(_Frozen):
@@ -188,11 +217,27 @@ class Config(_Frozen):
     init: InitConfig = Field(default_factory=InitConfig)
     solver: SolverConfig = Field(default_factory=SolverConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
+    attention: AttentionConfig | None = None
 
     @model_validator(mode="after")
     def _check_rules(self) -> Self:
         check_rules(self)
         return self
 
+    @model_serializer(mode="wrap")
+    def _without_absent_attention(self, handler):
+        """No ``attention`` key for the paper's model: its resolved config is what it always was."""
+        data = handler(self)
+        if self.attention is None:
+            data.pop("attention", None)
+        return data
 
-SECTIONS: dict[str, type[BaseModel]] = {name: field.annotation for name, field in Config.model_fields.items()}
+
+def _section_model(annotation) -> type[BaseModel]:
+    """The section's model (``AttentionConfig`` for the optional ``AttentionConfig | None``)."""
+    return next(a for a in getattr(annotation, "__args__", (annotation,)) if a is not type(None))
+
+
+SECTIONS: dict[str, type[BaseModel]] = {
+    name: _section_model(field.annotation) for name, field in Config.model_fields.items()
+}

@@ -5,7 +5,9 @@
 see them. Options:
 
 - ``normalization``: "usa" (``1/n``) or "sa" (softmax rows).
-- ``causal``: token ``i`` sees ``j ≤ i`` only (not a gradient flow).
+- ``causal``: token ``i`` sees ``j ≤ i`` only (True) or ``j < i`` only ("strict"), in token
+  order; not a gradient flow. The strict mask runs on the general sum (``qkv_sum``).
+- ``sources``: the first ``sources`` tokens are attended to and never move (a held prefix).
 - ``value``: "gradient" (value ``Q(ξ_i)ᵀQ(ξ_j)``: the gradient flow of the energy) or
   "logits_only" (the rotation only inside the logits, value ``x_j``; not a gradient flow).
 - ``interaction``: how the attention sums are computed. "exact" (``attention_sum``: ``n²``
@@ -31,7 +33,8 @@ import jax.numpy as jnp
 from attnflow.core.kernel import Kernel
 from attnflow.core.sphere import project
 from attnflow.numerics import expansion
-from attnflow.numerics.summation import attention_sum
+from attnflow.numerics.heads_field import hold_sources
+from attnflow.numerics.summation import MASKS, attention_sum, energy, qkv_sum
 
 VALUES = ("gradient", "logits_only")
 PATHS = ("exact", "expansion")  # what runs; "auto" chooses one of them in make_vector_field
@@ -47,13 +50,19 @@ class AttentionField:
 
     kernel: Kernel
     normalization: str = "usa"
-    causal: bool = False
+    causal: bool | str = False
     value: str = "gradient"
     block_size: int | None = None
     interaction: str = "exact"
     tolerance: float = 1e-10
+    sources: int = 0
 
     def __post_init__(self) -> None:
+        if self.causal not in MASKS:
+            raise ValueError(f"dynamics: `causal` must be one of {MASKS}; got {self.causal!r}.")
+        n = self.kernel.n
+        if isinstance(self.sources, bool) or not isinstance(self.sources, int) or not 0 <= self.sources < n:
+            raise ValueError(f"dynamics: `sources` must be an integer in [0, {n}); got {self.sources!r}.")
         if self.value not in VALUES:
             raise ValueError(f"dynamics: `value` must be one of {VALUES}; got {self.value!r}.")
         if self.normalization == "sa" and not self.kernel.factor.nonnegative:
@@ -88,10 +97,22 @@ class AttentionField:
             tolerance=self.tolerance,
         )
 
+    @property
+    def gradient_flow(self) -> bool:
+        """Whether ``v = n P_x ∇E`` (E non-decreasing): usa, no mask, the gradient value."""
+        return self.normalization == "usa" and self.causal is False and self.value == "gradient"
+
+    def energy(self, x: jax.Array) -> jax.Array:
+        """``E(x) = (1/(2n²)) Σ_ij h(z_i, z_j)`` (exact; see ``summation.energy``)."""
+        return energy(self.kernel, x, block_size=self.block_size)
+
     def _sum(self, u: jax.Array, values: jax.Array) -> jax.Array:
         options = dict(normalization=self.normalization, causal=self.causal)
         if self.interaction == "expansion":
             return expansion.expansion_sum(self.kernel, u, values, tolerance=self.tolerance, **options)
+        if self.causal == "strict":  # the symmetric tiles assume j <= i: the general sum
+            kernel = self.kernel
+            return qkv_sum(kernel.factor, kernel.profile, u, u, values, block_size=self.block_size, **options)
         return attention_sum(self.kernel, u, values, block_size=self.block_size, **options)
 
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -101,18 +122,19 @@ class AttentionField:
             g = gauge.apply_transpose(self._sum(u, u))
         else:
             g = self._sum(u, x)
-        return project(x, g)
+        return hold_sources(project(x, g), self.sources)
 
 
 def make_vector_field(
     kernel: Kernel,
     *,
     normalization: str = "usa",
-    causal: bool = False,
+    causal: bool | str = False,
     value: str = "gradient",
     block_size: int | None = None,
     interaction: str = "exact",
     tolerance: float = 1e-10,
+    sources: int = 0,
 ) -> AttentionField:
     """The vector field of the USA-AV dynamics for ``kernel`` (``AttentionField``); "auto" becomes
     "expansion" or "exact" here, by ``expansion.prefer_expansion``. A bad combination for the
@@ -136,6 +158,7 @@ def make_vector_field(
         block_size=block_size,
         interaction=interaction,
         tolerance=tolerance,
+        sources=sources,
     )
 
 

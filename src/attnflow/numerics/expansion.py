@@ -198,49 +198,53 @@ def _gather(a: jax.Array, z: jax.Array) -> jax.Array:
     return jnp.sum(a[:, :, None] * z.reshape(z.shape[0], a.shape[1], -1), axis=1)
 
 
-def _global_sum(plan: _Plan, u, y, a) -> jax.Array:
-    """``g_i = Σ_j Σ_t a_it a_jt p_L(⟨u_i,u_j⟩) y_j`` over all pairs, by the moments
-    ``M = Σ_j F(u_j)ᵀ [a_j1 y_j, …, a_jT y_j]`` accumulated over chunks."""
-    n = u.shape[0]
+def _global_sum(plan: _Plan, q, k, y, a) -> jax.Array:
+    """``g_i = Σ_j Σ_t a_it a_jt p_L(⟨q_i,k_j⟩) y_j`` over all pairs, by the moments
+    ``M = Σ_j F(k_j)ᵀ [a_j1 y_j, …, a_jT y_j]`` accumulated over chunks (``q is k``: one set of
+    chunks)."""
+    n = k.shape[0]
     chunk = int(min(n, max(64, CHUNK_ENTRIES // plan.rank)))
-    chunks = (_chunked(u, chunk), _chunked(y, chunk), _chunked(a, chunk))
+    chunks = (_chunked(k, chunk), _chunked(y, chunk), _chunked(a, chunk))
 
     def accumulate(moments, c):
-        uc, yc, ac = c
-        return moments + plan.features(uc).T @ _spread(ac, yc), None
+        kc, yc, ac = c
+        return moments + plan.features(kc).T @ _spread(ac, yc), None
 
-    init = jnp.zeros((plan.rank, a.shape[1] * y.shape[1]), u.dtype)
+    init = jnp.zeros((plan.rank, a.shape[1] * y.shape[1]), k.dtype)
     moments, _ = jax.lax.scan(accumulate, init, chunks)
     moments = moments * plan.weights[:, None]
-    out = jax.lax.map(lambda c: _gather(c[2], plan.features(c[0]) @ moments), chunks)
+    queries = chunks if q is k else (_chunked(q, chunk), chunks[1], chunks[2])
+    out = jax.lax.map(lambda c: _gather(c[2], plan.features(c[0]) @ moments), queries)
     return out.reshape(-1, y.shape[1])[:n]
 
 
-def _prefix_sum(plan: _Plan, profile, u, y, a, zeta, slope, *, strict: bool) -> jax.Array:
-    """``g_k = Σ_{l <= k} e^{−m(ζ_k − ζ_l)} Σ_t a_kt a_lt K(u_k, u_l) y_l`` in processing order
-    (``l < k`` when ``strict``), for ``ζ`` non-decreasing; ``K`` is exact inside a chunk and
+def _prefix_sum(plan: _Plan, profile, q, k, y, a, zeta, slope, *, strict: bool) -> jax.Array:
+    """``g_i = Σ_{j <= i} e^{−m(ζ_i − ζ_j)} Σ_t a_it a_jt K(q_i, k_j) y_j`` in processing order
+    (``j < i`` when ``strict``), for ``ζ`` non-decreasing; ``K`` is exact inside a chunk and
     ``p_L`` across chunks (carried moments, rescaled by the decay to the chunk's last label)."""
-    n = u.shape[0]
+    n = k.shape[0]
     c = PREFIX_CHUNK
-    chunks = (_chunked(u, c), _chunked(y, c), _chunked(a, c), _chunked(zeta, c, edge=True))
+    same = q is k
+    chunks = (_chunked(q, c), _chunked(k, c), _chunked(y, c), _chunked(a, c), _chunked(zeta, c, edge=True))
     local = jnp.arange(c)
     below = local[None, :] < local[:, None] if strict else local[None, :] <= local[:, None]
 
     def step(carry, chunk):
         moments, zeta_ref = carry
-        uc, yc, ac, zc = chunk
-        features = plan.features(uc)
+        qc, kc, yc, ac, zc = chunk
+        key_features = plan.features(kc)
+        query_features = key_features if same else plan.features(qc)
         into = ac * jnp.exp(-slope * (zc - zeta_ref))[:, None]
-        across = _gather(into, features @ (moments * plan.weights[:, None]))
+        across = _gather(into, query_features @ (moments * plan.weights[:, None]))
         gap = jnp.maximum(zc[:, None] - zc[None, :], 0.0)
         w = jnp.where(below, (ac @ ac.T) * jnp.exp(-slope * gap), 0.0)
-        inside = (w * profile.dphi_unit(uc @ uc.T).astype(u.dtype)) @ yc
+        inside = (w * profile.dphi_unit((kc if same else qc) @ kc.T).astype(k.dtype)) @ yc
         zeta_last = zc[-1]
         out_of = ac * jnp.exp(-slope * (zeta_last - zc))[:, None]
-        moments = jnp.exp(-slope * (zeta_last - zeta_ref)) * moments + features.T @ _spread(out_of, yc)
+        moments = jnp.exp(-slope * (zeta_last - zeta_ref)) * moments + key_features.T @ _spread(out_of, yc)
         return (moments, zeta_last), across + inside
 
-    init = (jnp.zeros((plan.rank, a.shape[1] * y.shape[1]), u.dtype), zeta[0])
+    init = (jnp.zeros((plan.rank, a.shape[1] * y.shape[1]), k.dtype), zeta[0])
     _, out = jax.lax.scan(step, init, chunks)
     return out.reshape(-1, y.shape[1])[:n]
 
@@ -264,24 +268,28 @@ def _monotone_direction(xi) -> float:
     )
 
 
-def _kernel_sum(plan: _Plan, kernel: Kernel, u, y, *, causal: bool) -> jax.Array:
-    """``Σ_j w_ij K(u_i, u_j) y_j`` (``j <= i`` when causal), unnormalised."""
-    factor = kernel.factor
-    n = u.shape[0]
-    a = _label_terms(factor, n, u.dtype)
+def _kernel_sum(plan: _Plan, factor, profile, q, k, y, *, causal) -> jax.Array:
+    """``Σ_j w_ij K(q_i, k_j) y_j`` (``j <= i`` when causal, ``j < i`` when "strict"),
+    unnormalised; ``q is k`` for the paper's kernel."""
+    n = k.shape[0]
+    a = _label_terms(factor, n, k.dtype)
+    strict = causal == "strict"
     if not isinstance(factor, factors.DistanceBias):
-        if not causal:
-            return _global_sum(plan, u, y, a)
-        return _prefix_sum(plan, kernel.profile, u, y, a, jnp.zeros(n, u.dtype), 0.0, strict=False)
-    slope = factor.slope.astype(u.dtype)
-    if causal:
-        zeta = _monotone_direction(factor.xi) * factor.xi.astype(u.dtype)
-        return _prefix_sum(plan, kernel.profile, u, y, a, zeta, slope, strict=False)
+        if causal is False:
+            return _global_sum(plan, q, k, y, a)
+        return _prefix_sum(plan, profile, q, k, y, a, jnp.zeros(n, k.dtype), 0.0, strict=strict)
+    slope = factor.slope.astype(k.dtype)
+    if causal is not False:
+        zeta = _monotone_direction(factor.xi) * factor.xi.astype(k.dtype)
+        return _prefix_sum(plan, profile, q, k, y, a, zeta, slope, strict=strict)
     order = jnp.argsort(factor.xi)
-    zeta = factor.xi.astype(u.dtype)[order]
-    us, ys = u[order], y[order]
-    before = _prefix_sum(plan, kernel.profile, us, ys, a, zeta, slope, strict=False)
-    after = _prefix_sum(plan, kernel.profile, us[::-1], ys[::-1], a, -zeta[::-1], slope, strict=True)
+    zeta = factor.xi.astype(k.dtype)[order]
+    ks, ys = k[order], y[order]
+    qs = ks if q is k else q[order]
+    before = _prefix_sum(plan, profile, qs, ks, ys, a, zeta, slope, strict=False)
+    k_back = ks[::-1]
+    q_back = k_back if q is k else qs[::-1]
+    after = _prefix_sum(plan, profile, q_back, k_back, ys[::-1], a, -zeta[::-1], slope, strict=True)
     return jnp.zeros_like(y).at[order].set(before + after[::-1])
 
 
@@ -302,9 +310,13 @@ def expansion_sum(
     y = values.astype(u.dtype)
     if normalization == "sa":
         with_ones = jnp.concatenate([y, jnp.ones((n, 1), u.dtype)], axis=1)
-        summed = _kernel_sum(plan, kernel, u, with_ones, causal=causal)
+        summed = _kernel_sum(plan, kernel.factor, kernel.profile, u, u, with_ones, causal=causal)
+        if causal == "strict":  # the first token sees nothing: its sum is zero
+            den = summed[:, dv:]
+            return jnp.where(den > 0, summed[:, :dv] / jnp.where(den > 0, den, 1.0), 0.0)
         return summed[:, :dv] / summed[:, dv:]
-    return _kernel_sum(plan, kernel, u, y, causal=causal) * (kernel.profile.scale / n).astype(u.dtype)
+    summed = _kernel_sum(plan, kernel.factor, kernel.profile, u, u, y, causal=causal)
+    return summed * (kernel.profile.scale / n).astype(u.dtype)
 
 
 def expansion_energy(kernel: Kernel, x: jax.Array, *, tolerance: float = 1e-10) -> jax.Array:
@@ -316,3 +328,46 @@ def expansion_energy(kernel: Kernel, x: jax.Array, *, tolerance: float = 1e-10) 
         return jnp.sum(u * g) / (2.0 * n)
     g = expansion_sum(kernel, u, jnp.ones((n, 1), u.dtype), tolerance=tolerance)
     return jnp.sum(g) / (2.0 * n * kernel.profile.beta.astype(u.dtype))
+
+
+def _scaled(head, profile):
+    """The head's expansion problem on unit-bounded vectors: queries and keys divided by
+    ``|W_Q|₂`` and ``|W_K|₂`` (so ``|⟨q', k'⟩| <= 1`` for unit tokens) and the profile of
+    ``β' = β M``, ``M = |W_Q|₂ |W_K|₂``: ``e^{β s} = e^{β' s'}``, the same kernel."""
+    from attnflow.core.heads import head_norms
+    from attnflow.core.kernel import Profile
+
+    nq, nk = head_norms(head)
+    beta = float(profile.beta) * nq * nk
+    scaled = Profile(kind=profile.kind, beta=jnp.asarray(beta, profile.beta.dtype), c=profile.c)
+    return nq, nk, scaled
+
+
+def check_qkv(head, profile, *, normalization: str, causal, tolerance: float) -> int:
+    """Every validation of the expansion for one head (see :func:`check`); returns its rank."""
+    _, _, scaled = _scaled(head, profile)
+    kernel = Kernel(head.gauge, head.factor, scaled)
+    return check(kernel, head.head_dim, normalization=normalization, causal=causal, tolerance=tolerance)
+
+
+def expansion_qkv_sum(
+    head, profile, q, k, values, *, normalization: str = "usa", causal=False, tolerance: float = 1e-10
+) -> jax.Array:
+    """``qkv_sum(head.factor, profile, q, k, values, ...)`` to within ``tolerance`` of its scale
+    (``c e^{βM} max|values|`` for "usa", ``M = |W_Q|₂|W_K|₂`` the largest logit of unit tokens;
+    ``max|values|`` for "sa"), in ``O(n R d_h)``: the expansion of :func:`expansion_sum` with two
+    feature maps, for the rescaled problem of ``_scaled``."""
+    nq, nk, scaled = _scaled(head, profile)
+    kernel = Kernel(head.gauge, head.factor, scaled)
+    n, dv = values.shape
+    degree = _check(kernel, q.shape[1], normalization, tolerance)
+    plan = _Plan(float(scaled.beta), degree, q.shape[1], q.dtype)
+    qs, ks = q / jnp.asarray(nq, q.dtype), k / jnp.asarray(nk, k.dtype)
+    y = values.astype(q.dtype)
+    if normalization == "sa":
+        with_ones = jnp.concatenate([y, jnp.ones((n, 1), q.dtype)], axis=1)
+        summed = _kernel_sum(plan, head.factor, scaled, qs, ks, with_ones, causal=causal)
+        den = summed[:, dv:]
+        return jnp.where(den > 0, summed[:, :dv] / jnp.where(den > 0, den, 1.0), 0.0)
+    summed = _kernel_sum(plan, head.factor, scaled, qs, ks, y, causal=causal)
+    return summed * (scaled.scale / n).astype(q.dtype)

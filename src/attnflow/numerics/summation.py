@@ -252,3 +252,97 @@ def logits(kernel: Kernel, x: jax.Array) -> jax.Array:
     """The dense logit matrix ``S_ij = ⟨Q_i x_i, Q_j x_j⟩`` (``n × n``: small n only)."""
     u = kernel.gauge.apply(x)
     return u @ u.T
+
+
+MASKS = (False, True, "strict")  # no mask, inclusive causal (j <= i), strict causal (j < i)
+
+
+def logit_bound(q: jax.Array, k: jax.Array) -> jax.Array:
+    """``max_i |q_i| · max_j |k_j|``: a bound on every logit ``⟨q_i, k_j⟩`` (Cauchy–Schwarz)."""
+    return jnp.sqrt(jnp.max(jnp.sum(q * q, axis=1)) * jnp.max(jnp.sum(k * k, axis=1)))
+
+
+def _allowed(idx: jax.Array, n: int, causal) -> jax.Array | None:
+    """The mask of rows ``idx`` (``(b, n)``, True where ``j`` is seen), or None for no mask."""
+    if causal is False:
+        return None
+    j = jnp.arange(n)[None, :]
+    return j < idx[:, None] if causal == "strict" else j <= idx[:, None]
+
+
+def qkv_sum(
+    factor,
+    profile,
+    q: jax.Array,
+    k: jax.Array,
+    values: jax.Array,
+    *,
+    normalization: str = "usa",
+    causal: bool | str = False,
+    block_size: int | None = None,
+) -> jax.Array:
+    """``g_i = Σ_j a_ij values_j`` for queries ``q (n, m)`` and keys ``k (n, m)`` that need not be
+    equal or unit: ``a_ij = w_ij φ'(⟨q_i, k_j⟩) / n`` ("usa") or the row-normalised weights
+    ``w_ij φ'(s_ij) / Σ_l w_il φ'(s_il)`` ("sa", ``w >= 0``); ``causal``: ``j <= i`` (True) or
+    ``j < i`` ("strict", in token order). A row that sees no token (the first one of a strict
+    mask) sums to zero.
+
+    The exponentials are bounded: "usa" factors ``c e^{βM}`` out with ``M = logit_bound(q, k)``
+    (every logit ``<= M``), "sa" subtracts each row's largest seen logit. Evaluated densely
+    (``block_size`` None or ``>= n``) or in row blocks of ``block_size`` (``lax.map`` over lanes;
+    memory ``O(n · block_size)``). The paper's kernel (``q = k`` unit vectors) has the faster
+    symmetric path :func:`attention_sum`."""
+    if normalization not in NORMALIZATIONS:
+        raise ValueError(f"kernel: `normalization` must be one of {NORMALIZATIONS}; got {normalization!r}.")
+    if causal not in MASKS:
+        raise ValueError(f"kernel: `causal` must be one of {MASKS}; got {causal!r}.")
+    n, dv = values.shape
+    dtype = q.dtype
+    sa = normalization == "sa"
+    exp = profile.kind == "exp"
+    bound = logit_bound(q, k) if exp and not sa else jnp.zeros((), dtype)
+    padded = _padded_values(values.astype(dtype), ones=sa)
+
+    def rows(ops, idx):
+        factor, profile, q, k, padded, bound = ops
+        s = q[idx] @ k.T
+        seen = _allowed(idx, n, causal)
+        if exp:
+            if sa:  # each row's largest seen logit (a row that sees nothing keeps a finite shift)
+                shift = jnp.max(s if seen is None else jnp.where(seen, s, -jnp.inf), axis=1, keepdims=True)
+                shift = jnp.where(jnp.isfinite(shift), shift, 0.0)
+            else:
+                shift = bound
+            weights = jnp.exp(profile.beta.astype(dtype) * (s - shift))
+        else:
+            weights = jnp.ones_like(s)
+        weights = factor.rows(idx).astype(dtype) * weights
+        if seen is not None:
+            weights = jnp.where(seen, weights, 0.0)
+        return weights @ padded
+
+    summed = _row_blocks(rows, (factor, profile, q, k, padded, bound), n, block_size)
+    if sa:
+        denominator = summed[:, dv : dv + 1]
+        safe = jnp.where(denominator > 0, denominator, 1.0)
+        return jnp.where(denominator > 0, summed[:, :dv] / safe, 0.0)
+    scale = profile.c * jnp.exp(profile.beta * bound) if exp else profile.c
+    return summed[:, :dv] * (scale / n).astype(dtype)
+
+
+def qkv_energy(factor, profile, q: jax.Array, k: jax.Array, *, block_size: int | None = None) -> jax.Array:
+    """``(1/(2n²)) Σ_ij w_ij φ(⟨q_i, k_j⟩)`` over all pairs (the energy of one head), with the
+    exponentials bounded as in :func:`qkv_sum`."""
+    n, dtype = q.shape[0], q.dtype
+    exp = profile.kind == "exp"
+    bound = logit_bound(q, k) if exp else jnp.zeros((), dtype)
+
+    def rows(ops, idx):
+        factor, profile, q, k, bound = ops
+        s = q[idx] @ k.T
+        h = jnp.exp(profile.beta.astype(dtype) * (s - bound)) if exp else s
+        return jnp.sum(jnp.broadcast_to(factor.rows(idx).astype(dtype), s.shape) * h, axis=1)
+
+    total = jnp.sum(_row_blocks(rows, (factor, profile, q, k, bound), n, block_size))
+    scale = profile.c * jnp.exp(profile.beta * bound) / profile.beta if exp else profile.c
+    return total * scale.astype(dtype) / (2.0 * n * n)

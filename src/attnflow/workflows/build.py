@@ -21,15 +21,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnflow.core import factors, gauges, sphere
+from attnflow.core.heads import head_norms
 from attnflow.core.host import folded_key, to_device
 from attnflow.core.kernel import Kernel, make_profile
 from attnflow.io.arrays import ArrayFileError, load_array
 from attnflow.io.config import Config, ConfigError
 from attnflow.numerics.dynamics import VectorField, make_vector_field
 from attnflow.numerics.expansion import MAX_RANK, expansion_rank
+from attnflow.numerics.heads_field import HeadsField
 from attnflow.numerics.integrators import Integrator, make_integrator
 from attnflow.numerics.saving import SNAPSHOT_GROUP_MAX, snapshot_count
 from attnflow.numerics.summation import symmetric_tiles
+from attnflow.workflows.build_heads import make_heads
 
 # Automatic blocking (benchmarks/RESULTS.md; 2 cores, one field evaluation).
 # float64: above AUTO_BLOCK_THRESHOLD tokens, symmetric tiles of AUTO_BLOCK_SIZE × AUTO_BLOCK_SIZE
@@ -110,7 +113,7 @@ def make_labels(config: Config) -> np.ndarray:
     xi = _load_array("aux.path", aux.path)
     if xi.shape[0] != n:
         raise _fail("aux.path", f"labels for n = {n} tokens, shape (n,) or (n, k)", f"shape {xi.shape}")
-    if config.model.causal:
+    if config.model.causal is not False or config.model.sources:
         check_causal_order(xi)
     return xi
 
@@ -129,7 +132,8 @@ def check_causal_order(xi: np.ndarray) -> None:
         i = int(down[0])
         raise ConfigError.from_parts(
             "aux.path",
-            "non-decreasing in token order with model.causal = true (token i sees the tokens j <= i)",
+            "non-decreasing in token order with model.causal or model.sources (masks and held "
+            "sources follow the token order)",
             f"xi[{i}] = {xi[i]:g} > xi[{i + 1}] = {xi[i + 1]:g}",
             hint="Sort the tokens by position (and reorder any per-token input the same way).",
         )
@@ -141,8 +145,10 @@ def _scalar_labels(xi: np.ndarray, key: str) -> np.ndarray:
     return xi
 
 
-def make_gauge(config: Config, xi: np.ndarray, dtype) -> gauges.Gauge:
-    g, n, d = config.gauge, config.model.n, config.model.d
+def make_gauge(config: Config, xi: np.ndarray, dtype, *, d: int | None = None) -> gauges.Gauge:
+    """The gauge of the config in dimension ``d`` (default ``model.d``; a head's ``d_h``)."""
+    g, n = config.gauge, config.model.n
+    d = config.model.d if d is None else d
     if g.kind == "none":
         return gauges.IdentityGauge(n=n, d=d)
     if g.kind == "rope":
@@ -164,13 +170,14 @@ def make_gauge(config: Config, xi: np.ndarray, dtype) -> gauges.Gauge:
     return gauges.DenseGauge(q=to_device(q, dtype))
 
 
-def make_factor(config: Config, xi: np.ndarray, dtype) -> factors.Factor:
+def make_factor(config: Config, xi: np.ndarray, dtype, *, slope: float | None = None) -> factors.Factor:
+    """The factor of the config (``slope`` replaces ``factor.slope``: a head's ALiBi slope)."""
     f, n = config.factor, config.model.n
     if f.kind == "none":
         return factors.NoFactor(n=n)
     if f.kind == "distance_bias":
         xi = to_device(_scalar_labels(xi, "factor.kind"), dtype)
-        return factors.DistanceBias(xi=xi, slope=to_device(f.slope, dtype))
+        return factors.DistanceBias(xi=xi, slope=to_device(f.slope if slope is None else slope, dtype))
     if f.kind == "toeplitz_cos":
         xi = to_device(_scalar_labels(xi, "factor.kind"), dtype)
         return factors.ToeplitzCos(xi=xi, omega=to_device(f.omega, dtype))
@@ -342,10 +349,12 @@ def build(config: Config, *, memory_limit: int | None = None, streamed: bool = F
     dtype = jnp.float32 if config.solver.dtype == "float32" else jnp.float64
     model, solver = config.model, config.solver
     xi = make_labels(config)
-    gauge = make_gauge(config, xi, dtype)
     profile = make_profile(model.profile, beta=model.beta, time_scale=model.time_scale, dtype=dtype)
-    kernel = Kernel(gauge=gauge, factor=make_factor(config, xi, dtype), profile=profile)
     block_size = resolve_block_size(config)
+    if config.attention is not None:
+        return _build_heads(config, xi, profile, block_size, dtype)
+    gauge = make_gauge(config, xi, dtype)
+    kernel = Kernel(gauge=gauge, factor=make_factor(config, xi, dtype), profile=profile)
     try:
         field = make_vector_field(
             kernel,
@@ -355,19 +364,13 @@ def build(config: Config, *, memory_limit: int | None = None, streamed: bool = F
             block_size=block_size,
             interaction=solver.interaction,
             tolerance=solver.tolerance,
+            sources=model.sources,
         )
     except ValueError as error:  # the expansion's limits (d too large for the tolerance, ...)
         if solver.interaction == "exact":
             raise
         raise ConfigError(f"config: `solver.interaction` = {solver.interaction!r}: {error}") from error
-    scale = _profile_scale(profile)
-    ratio = solver.dt * scale
-    if solver.method != "adaptive" and ratio > 1.0:
-        warnings.warn(
-            f"solver.dt = {solver.dt} is outside the stable range: dt·c·e^β = {ratio:.3g} > 1 "
-            f"(collapse rate ≈ 2c·e^β); consider dt <= {1.0 / scale:.3g}.",
-            stacklevel=2,
-        )
+    _warn_step(solver, _profile_scale(profile))
     return Simulation(
         kernel=kernel,
         field=field,
@@ -380,6 +383,59 @@ def build(config: Config, *, memory_limit: int | None = None, streamed: bool = F
         save_every=solver.save_every,
         noise=model.noise,
         key=folded_key(config.init.seed, 1),  # the noise stream: fold_in(key(seed), 1)
+        block_size=block_size,
+        interaction=field.interaction,
+        rank=field.rank,
+    )
+
+
+def _warn_step(solver, scale: float) -> None:
+    ratio = solver.dt * scale
+    if solver.method != "adaptive" and ratio > 1.0:
+        warnings.warn(
+            f"solver.dt = {solver.dt} is outside the stable range: dt·c·e^β = {ratio:.3g} > 1 "
+            f"(collapse rate ≈ 2c·e^β); consider dt <= {1.0 / scale:.3g}.",
+            stacklevel=3,
+        )
+
+
+def _build_heads(config: Config, xi: np.ndarray, profile, block_size, dtype) -> Simulation:
+    """A simulation of the heads of ``config.attention`` (:class:`HeadsField`). The simulation's
+    ``kernel`` is the identity gauge and factor in dimension ``d`` (the content and its views);
+    the heads' gauges and factors live in the field. "auto" runs the exact sums."""
+    model, solver = config.model, config.solver
+    n, d = model.n, model.d
+    heads = make_heads(config, xi, dtype, make_gauge=make_gauge, make_factor=make_factor)
+    interaction = "exact" if solver.interaction == "auto" else solver.interaction
+    try:
+        field = HeadsField(
+            heads,
+            profile,
+            normalization=model.normalization,
+            causal=model.causal,
+            sources=model.sources,
+            block_size=block_size,
+            interaction=interaction,
+            tolerance=solver.tolerance,
+        )
+    except ValueError as error:
+        key = "solver.interaction" if interaction == "expansion" else "attention"
+        raise ConfigError(f"config: `{key}`: {error}") from error
+    largest = max(np.prod(head_norms(head)) for head in heads)
+    _warn_step(solver, _profile_scale(profile) * float(np.exp(float(model.beta) * (largest - 1.0))))
+    identity = gauges.IdentityGauge(n=n, d=d)
+    return Simulation(
+        kernel=Kernel(gauge=identity, factor=factors.NoFactor(n=n), profile=profile),
+        field=field,
+        x0=make_initial(config, identity, dtype),
+        xi=xi,
+        groups=xi.astype(int) if config.aux.kind == "prompts" else None,
+        integrator=make_integrator(solver.method, rtol=solver.rtol, atol=solver.atol),
+        dt=solver.dt,
+        t_end=solver.t_end,
+        save_every=solver.save_every,
+        noise=model.noise,
+        key=folded_key(config.init.seed, 1),
         block_size=block_size,
         interaction=field.interaction,
         rank=field.rank,

@@ -393,6 +393,7 @@ def _run_in_folder(config, sim, out_dir: Path, resolved: dict, *, resume: bool, 
         block_size=sim.block_size,
         energy="expansion" if sim.interaction == "expansion" else "exact",
         tolerance=config.solver.tolerance,
+        field=sim.field,
     )
     snapshots = None
     try:
