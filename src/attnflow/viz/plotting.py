@@ -169,7 +169,7 @@ def draw_sphere(
     values = _colour(color, pts.shape[0], where)
 
     theta, phi = np.meshgrid(np.linspace(0.0, np.pi, 7), np.linspace(0.0, 2.0 * np.pi, 13))
-    ax.plot_wireframe(
+    frame = ax.plot_wireframe(
         np.sin(theta) * np.cos(phi),
         np.sin(theta) * np.sin(phi),
         np.cos(theta),
@@ -178,13 +178,15 @@ def draw_sphere(
         alpha=0.35,
         rasterized=True,
     )
+    frame.set_in_layout(False)  # inside the Axes' limits: the layout measures only the text
     style = {"s": _MARKER_SIZE, "depthshade": False, "rasterized": True}
     if values is None:
-        ax.scatter(pts[:, 0], pts[:, 1], pts[:, 2], color="C0", **style)
+        dots = ax.scatter(pts[:, 0], pts[:, 1], pts[:, 2], color="C0", **style)
     else:
         dots = ax.scatter(pts[:, 0], pts[:, 1], pts[:, 2], c=values, cmap=cmap, **style)
         _one_label_first_colour(dots, values)
         _colour_bar(ax, dots, color_label)
+    dots.set_in_layout(False)
     lim = (-axis_limits, axis_limits)
     ax.set_xlim(*lim)
     ax.set_ylim(*lim)
@@ -205,11 +207,14 @@ def _one_label_first_colour(mappable: Any, values: np.ndarray) -> None:
         mappable.set_clim(float(finite[0]), float(finite[0]) + 1.0)
 
 
-def _colour_bar(ax: Axes, mappable: Any, label: str | None) -> None:
-    """A slim colour bar named ``label`` beside ``ax`` (none when ``label`` is None)."""
+def _colour_bar(ax: Axes, mappable: Any, label: str | None, *, cax: Axes | None = None) -> None:
+    """A slim colour bar named ``label`` beside ``ax``, or in ``cax`` (none when ``label`` is None)."""
     if label is None:
         return
-    bar = ax.figure.colorbar(mappable, ax=ax, shrink=0.6, fraction=0.05, pad=0.02)
+    if cax is None:
+        bar = ax.figure.colorbar(mappable, ax=ax, shrink=0.6, fraction=0.05, pad=0.02)
+    else:
+        bar = ax.figure.colorbar(mappable, cax=cax)
     values = np.unique(np.asarray(mappable.get_array(), dtype=float))
     if values.size <= 12 and np.all(values == np.round(values)):  # a few ids: one tick each, no 0.5
         bar.set_ticks(values, labels=[f"{v:g}" for v in values])
@@ -272,13 +277,15 @@ def draw_projection(
     coords = pts if d == 2 else pts @ _principal_directions(pts)
 
     circle = np.linspace(0.0, 2.0 * np.pi, 200)
-    ax.plot(np.cos(circle), np.sin(circle), color="0.6", linewidth=0.5, alpha=0.6)
+    (ring,) = ax.plot(np.cos(circle), np.sin(circle), color="0.6", linewidth=0.5, alpha=0.6)
     if values is None:
-        ax.scatter(coords[:, 0], coords[:, 1], s=_MARKER_SIZE, color="C0", rasterized=True)
+        dots = ax.scatter(coords[:, 0], coords[:, 1], s=_MARKER_SIZE, color="C0", rasterized=True)
     else:
         dots = ax.scatter(coords[:, 0], coords[:, 1], s=_MARKER_SIZE, c=values, cmap=cmap, rasterized=True)
         _one_label_first_colour(dots, values)
         _colour_bar(ax, dots, color_label)
+    for artist in (ring, dots):  # inside the Axes' limits: the layout measures only the text
+        artist.set_in_layout(False)
     ax.set_xlim(-1.05, 1.05)
     ax.set_ylim(-1.05, 1.05)
     ax.set_aspect("equal")
@@ -365,10 +372,53 @@ def _new_figure(width: float, height: float) -> Figure:
     return fig
 
 
-def _state_grid(nrows: int, ncols: int, panel: float, *, right: float = 0.0) -> Figure:
-    """A figure for ``nrows × ncols`` state panels of ``panel`` inches, each under a two-line title,
-    with ``right`` more inches per column (for a colour bar and its label)."""
-    return _new_figure(ncols * (panel + right), nrows * (panel + _TITLE_INCHES))
+# Explicit layout of a grid of state panels, in inches: each cell is a square panel under a
+# two-line title, with room on its right for a colour bar, its tick labels and its name. The room
+# is fixed by the fonts used (ticks 6 pt, at most 5 ticks of at most 7 characters; name 7 pt), so
+# no layout pass is needed (tests/test_figure_layout.py checks the boxes at d = 2 ... 128).
+_BAR_GAP, _BAR_WIDTH, _BAR_ROOM = 0.06, 0.11, 0.62  # colour bar: gap, width, room for ticks + name
+_LABEL_ROOM = 0.28  # a projection's axis labels (8 pt) left of and below its square
+
+
+class _StateGrid:
+    """A figure of ``nrows × ncols`` state panels of ``panel`` inches (:func:`draw_state`'s
+    pictures), every cell with room for a colour bar when ``bars``; :meth:`draw` fills cell ``k``."""
+
+    def __init__(self, nrows: int, ncols: int, panel: float, *, bars: bool) -> None:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        self.nrows, self.ncols, self.panel = nrows, ncols, panel
+        self.cell_w = panel + (_BAR_GAP + _BAR_WIDTH + _BAR_ROOM if bars else 0.0)
+        self.cell_h = panel + _TITLE_INCHES
+        self.fig = Figure(figsize=(ncols * self.cell_w, nrows * self.cell_h))
+        FigureCanvasAgg(self.fig)
+
+    def _rect(self, left: float, bottom: float, width: float, height: float) -> list[float]:
+        w, h = self.ncols * self.cell_w, self.nrows * self.cell_h
+        return [left / w, bottom / h, width / w, height / h]
+
+    def draw(self, k: int, x: np.ndarray, *, color: Any, title: str | None, color_label: str | None) -> Axes:
+        row, col = divmod(k, self.ncols)
+        left, bottom = col * self.cell_w, (self.nrows - 1 - row) * self.cell_h
+        pts = _points(x, "draw_state")
+        if pts.shape[1] == 3:
+            ax = self.fig.add_axes(self._rect(left, bottom, self.panel, self.panel), projection="3d")
+            draw_sphere(ax, pts, color=color, title=title)
+        else:
+            side = self.panel - _LABEL_ROOM
+            ax = self.fig.add_axes(self._rect(left + _LABEL_ROOM, bottom + _LABEL_ROOM, side, side))
+            draw_projection(ax, pts, color=color, title=title)
+        if color is not None and color_label is not None:
+            height = 0.6 * self.panel
+            cax = self.fig.add_axes(
+                self._rect(
+                    left + self.panel + _BAR_GAP, bottom + (self.panel - height) / 2, _BAR_WIDTH, height
+                ),
+                label="<colorbar>",  # as matplotlib names the Axes of a colour bar it places itself
+            )
+            _colour_bar(ax, ax.collections[-1], color_label, cax=cax)
+        return ax
 
 
 def figure_formats(formats: Sequence[str] | None = None) -> tuple[str, ...]:
@@ -478,14 +528,12 @@ def write_run_figures(
     bar = None if color is None else color_label
 
     rows = [("content", content)] + ([] if gauge is None else [("gauge frame", gauge)])
-    fig = _state_grid(len(rows), 2, _PANEL_INCHES, right=0.0 if bar is None else 0.6)
+    grid = _StateGrid(len(rows), 2, _PANEL_INCHES, bars=bar is not None)
     for r, (frame, states) in enumerate(rows):
         for c, (k, t) in enumerate(((0, t0), (-1, t1))):
             panel = f"{head if r == c == 0 else ''}{frame}, t = {t:g}"
-            draw_state(
-                fig, (len(rows), 2, 2 * r + c + 1), states[k], color=color, title=panel, color_label=bar
-            )
-    written.append(_save(fig, out / "states.png", formats))
+            grid.draw(2 * r + c, states[k], color=color, title=panel, color_label=bar)
+    written.append(_save(grid.fig, out / "states.png", formats))
 
     if _has_data(series, "energy"):
         fig = _new_figure(5.5, 3.6)
@@ -557,18 +605,17 @@ def write_comparison_figure(
     cols = min(cols, len(panels))
     nrows = math.ceil(len(panels) / cols)
     bars = any(panel.get("color_label") is not None for panel in panels)
-    fig = _state_grid(nrows, cols, _GRID_PANEL_INCHES, right=0.5 if bars else 0.0)
+    grid = _StateGrid(nrows, cols, _GRID_PANEL_INCHES, bars=bars)
     for i, panel in enumerate(panels):
-        ax = draw_state(
-            fig,
-            (nrows, cols, i + 1),
+        ax = grid.draw(
+            i,
             panel["x"],
             color=panel.get("color"),
             title=panel.get("title"),
             color_label=panel.get("color_label"),
         )
         ax.title.set_fontsize(8)  # small panels: titles of about 40 characters fit
-    return _save(fig, Path(path), formats)
+    return _save(grid.fig, Path(path), formats)
 
 
 def write_series_figure(
@@ -692,10 +739,10 @@ def write_target_figure(
         same_n = tgt.shape[0] == got.shape[0]
         index = np.arange(tgt.shape[0], dtype=float) if same_n else None
         bar = None if index is None else "token index i"
-        fig = _state_grid(1, 2, _PANEL_INCHES, right=0.0 if bar is None else 0.6)
-        draw_state(fig, (1, 2, 1), tgt, color=index, title=f"target (n = {tgt.shape[0]})", color_label=bar)
-        draw_state(fig, (1, 2, 2), got, color=index, title=f"realised (n = {got.shape[0]})", color_label=bar)
-        return _save(fig, Path(path), formats)
+        grid = _StateGrid(1, 2, _PANEL_INCHES, bars=bar is not None)
+        grid.draw(0, tgt, color=index, title=f"target (n = {tgt.shape[0]})", color_label=bar)
+        grid.draw(1, got, color=index, title=f"realised (n = {got.shape[0]})", color_label=bar)
+        return _save(grid.fig, Path(path), formats)
 
     angles = []
     for name, values in (("target", target), ("realised", realised)):
