@@ -202,3 +202,108 @@ def test_one_label_for_every_token_is_the_first_colour_with_or_without_a_colour_
     first = np.asarray(colormaps[LABEL_CMAP](0.0))
     for ax in (plain, keyed):
         np.testing.assert_allclose(ax.collections[-1].get_facecolors()[0], first, atol=1e-6)
+
+
+# ------------------------------------------------------------ the sweep, law and landscape figures
+
+
+@pytest.mark.parametrize("metric", ["energy", "n_clusters>=2", "shape"])
+def test_phase_diagrams_hold_their_layout(monkeypatch, metric):
+    from attnflow.viz.phase import phase_figure
+
+    rows = [
+        {
+            "model.beta": beta,
+            "model.n": n,
+            "energy": beta / n,
+            "n_clusters": n // 8,
+            "shape": "dirac" if n < 64 else "clusters",
+        }
+        for beta in (0.5, 1.0, 2.0, 4.0, 8.0)
+        for n in (16, 64, 256, 1024)
+    ]
+    fig = phase_figure(rows, "model.beta", "model.n", metric, title="a sweep of 20 points")
+    fig.canvas.draw()
+    assert layout_problems(fig) == []
+
+
+def test_the_law_figure_holds_its_layout(tmp_path, monkeypatch):
+    from attnflow.viz.law import write_law_figure
+
+    x = _unit((5000, 3))
+    with capture_figures(monkeypatch) as saved:
+        write_law_figure(tmp_path / "law.png", x=x, u=x[::-1], color=np.arange(5000), t=2.0, n_total=10**6)
+    _assert_clean(saved)
+
+
+def test_the_branch_and_threshold_figures_hold_their_layout(tmp_path, monkeypatch):
+    from attnflow.viz.landscape import write_branch_figure
+    from attnflow.viz.metastability import write_threshold_figure
+
+    branches = [
+        {
+            "branch": b,
+            "beta": beta,
+            "energy": np.exp(beta) / (b + 2),
+            "morse_index": int(beta > 2),
+            "shape": "arc",
+        }
+        for b in range(3)
+        for beta in np.linspace(0.5, 4.0, 8)
+    ]
+    threshold = [
+        {
+            "beta": beta,
+            "k": 1,
+            "kappa": kappa,
+            "kappa_c_predicted": 2.0,
+            "kappa_c_measured": 2.01,
+            "rate_measured": 0.5 * (1 - 2.0 / kappa),
+        }  # fmt: skip
+        for beta in (1.0, 2.0)
+        for kappa in (1.5, 2.0, 3.0, 4.0)
+    ]
+    with capture_figures(monkeypatch) as saved:
+        write_branch_figure(branches, "beta", tmp_path / "b.png")
+        write_threshold_figure(tmp_path / "k.png", threshold)
+    _assert_clean(saved)
+
+
+def test_the_lifetime_and_mean_field_figures_hold_their_layout(tmp_path, monkeypatch):
+    from attnflow.analysis.plateaus import LifetimeFits, LineFit
+    from attnflow.viz.mean_field import plot_laws
+    from attnflow.viz.metastability import write_lifetime_figure
+    from attnflow.workflows.mean_field import FinalLaw
+
+    rows = [
+        {
+            "metastable": True,
+            "n_clusters": c,
+            "beta": beta,
+            "lifetime": np.exp(beta * c / 4),
+            "closest_angle": 0.8,
+        }
+        for c in (2, 3)
+        for beta in (4.0, 6.0, 8.0)
+    ]
+    fit = LineFit(slope=0.5, intercept=0.1, slope_stderr=0.05, r2=0.98, points=3)
+    laws = [
+        FinalLaw(
+            setting=s,
+            n=n,
+            xi=np.arange(n, dtype=float),
+            x=_unit((n, 3), seed=n),
+            status="ok",
+            wall_s=1.0,
+            cpu_s=1.0,
+            accepted=10,
+            evaluations=60,
+        )  # fmt: skip
+        for s in ("rope", "prompt")
+        for n in (256, 1024)
+    ]
+    distances = [{"setting": s, "n": 256, "to_next": 0.05} for s in ("rope", "prompt")]
+    with capture_figures(monkeypatch) as saved:
+        write_lifetime_figure(tmp_path / "t.png", rows, LifetimeFits(beta=fit, barrier=fit, clusters=2))
+        plot_laws(laws, distances, tmp_path / "m.png")
+    _assert_clean(saved)
