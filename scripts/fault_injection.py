@@ -415,7 +415,8 @@ def read_only_mid_run_once(config: Path, root: Path, reference, delay: int) -> t
 
 # --- issue 27: reproduce and sweeps ---------------------------------------------------------------
 
-REPRODUCE = ("reproduce", "--quick", "--only", "E0,E2", "--sizes", "8", "--seeds", "1", "--workers", "1")
+# three experiments of a few seconds each at n = 8: a kill after the first lands in the second
+REPRODUCE = ("reproduce", "--quick", "--only", "E0,E3,E7", "--sizes", "8", "--seeds", "1", "--workers", "1")
 
 
 def reproduce_outcome(folder: Path) -> dict:
@@ -429,28 +430,25 @@ def reproduce_outcome(folder: Path) -> dict:
     return outcome
 
 
-def reproduce_killed_once(root: Path, sig: int, k: int, reference: dict, code: int) -> tuple[bool, str]:
-    out = root / f"reproduce-{sig.name}-{k}"
+def reproduce_killed_once(root: Path, sig: int, delay: float, reference: dict, code: int) -> tuple[bool, str]:
+    """``sig`` ``delay`` seconds after the start (the jobs run before any experiment is written)."""
+    out = root / f"reproduce-{sig.name}-{delay:.1f}"
     process = subprocess.Popen(attnflow(*REPRODUCE, "--out", str(out)), stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True)  # fmt: skip
-    first = out / "experiments" / "E0.json"
-    while process.poll() is None and not first.exists():  # mid-run: after the first experiment
-        time.sleep(0.05)
+    time.sleep(delay)
     process.send_signal(sig)
     _, stderr = process.communicate(timeout=300)
     intact = True
     if sig == signal.SIGINT and process.returncode == 130:
         intact &= len(stderr.strip().splitlines()) == 1
+    experiments = out / "experiments"
+    kept = sorted(p.stem for p in experiments.glob("*.json")) if experiments.exists() else []
     resumed = run(*REPRODUCE, "--out", str(out), "--resume")
     if resumed.returncode == 2 and not (out / "experiments").exists():  # stopped before it started
         resumed = run(*REPRODUCE, "--out", str(out))
     intact &= resumed.returncode == code and reproduce_outcome(out) == reference
-    kept = (
-        sorted(p.stem for p in (out / "experiments").glob("*.json")) if (out / "experiments").exists() else []
-    )
-    print(
-        f"  reproduce {sig.name}: exit {process.returncode}, kept {kept}; resumed: exit {resumed.returncode}"
-    )
+    print(f"  reproduce {sig.name} after {delay:.1f} s: exit {process.returncode}, kept {kept}; resumed: "
+          f"exit {resumed.returncode}", flush=True)  # fmt: skip
     return intact, stderr + resumed.stderr
 
 
@@ -634,12 +632,15 @@ def issue_27(chosen: set[str], config: Path, root: Path, reference, record, rng:
             print("read-only mid-run skipped: dropping root's permission override needs root", flush=True)
     if "reproduce" in chosen:
         out = root / "reproduce-reference"
+        start = time.perf_counter()
         done = run(*REPRODUCE, "--out", str(out))
+        wall = time.perf_counter() - start
         assert done.returncode in (0, 1), done.stderr
         outcome = reproduce_outcome(out)
         for sig in (signal.SIGKILL, signal.SIGINT):
-            record(f"{sig.name} of reproduce mid-experiment, then --resume",
-                   *reproduce_killed_once(root, sig, 0, outcome, done.returncode))  # fmt: skip
+            for fraction in (rng.uniform(0.3, 0.55), rng.uniform(0.55, 0.8)):  # in the jobs
+                trial = reproduce_killed_once(root, sig, fraction * wall, outcome, done.returncode)
+                record(f"{sig.name} of reproduce mid-experiment, then --resume", *trial)
     if "sweep" in chosen or "dashboard" in chosen:
         sweep_config = root / "sweep.toml"
         sweep_config.write_text(SWEEP_CONFIG)
