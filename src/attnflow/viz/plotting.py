@@ -382,25 +382,29 @@ _LABEL_ROOM = 0.28  # a projection's axis labels (8 pt) left of and below its sq
 
 class _StateGrid:
     """A figure of ``nrows × ncols`` state panels of ``panel`` inches (:func:`draw_state`'s
-    pictures), every cell with room for a colour bar when ``bars``; :meth:`draw` fills cell ``k``."""
+    pictures), with room for a colour bar right of the panels of the columns in ``bar_columns``
+    (every column when True); :meth:`draw` fills cell ``k``."""
 
-    def __init__(self, nrows: int, ncols: int, panel: float, *, bars: bool) -> None:
+    def __init__(self, nrows: int, ncols: int, panel: float, *, bar_columns: bool | set[int]) -> None:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
 
         self.nrows, self.ncols, self.panel = nrows, ncols, panel
-        self.cell_w = panel + (_BAR_GAP + _BAR_WIDTH + _BAR_ROOM if bars else 0.0)
+        room = _BAR_GAP + _BAR_WIDTH + _BAR_ROOM
+        widths = [panel + (room if bar_columns is True or (bar_columns and c in bar_columns) else 0.0)
+                  for c in range(ncols)]  # fmt: skip
+        self.lefts = np.concatenate([[0.0], np.cumsum(widths)])
         self.cell_h = panel + _TITLE_INCHES
-        self.fig = Figure(figsize=(ncols * self.cell_w, nrows * self.cell_h))
+        self.width, self.height = float(self.lefts[-1]), nrows * self.cell_h
+        self.fig = Figure(figsize=(self.width, self.height))
         FigureCanvasAgg(self.fig)
 
     def _rect(self, left: float, bottom: float, width: float, height: float) -> list[float]:
-        w, h = self.ncols * self.cell_w, self.nrows * self.cell_h
-        return [left / w, bottom / h, width / w, height / h]
+        return [left / self.width, bottom / self.height, width / self.width, height / self.height]
 
     def draw(self, k: int, x: np.ndarray, *, color: Any, title: str | None, color_label: str | None) -> Axes:
         row, col = divmod(k, self.ncols)
-        left, bottom = col * self.cell_w, (self.nrows - 1 - row) * self.cell_h
+        left, bottom = float(self.lefts[col]), (self.nrows - 1 - row) * self.cell_h
         pts = _points(x, "draw_state")
         if pts.shape[1] == 3:
             ax = self.fig.add_axes(self._rect(left, bottom, self.panel, self.panel), projection="3d")
@@ -528,7 +532,7 @@ def write_run_figures(
     bar = None if color is None else color_label
 
     rows = [("content", content)] + ([] if gauge is None else [("gauge frame", gauge)])
-    grid = _StateGrid(len(rows), 2, _PANEL_INCHES, bars=bar is not None)
+    grid = _StateGrid(len(rows), 2, _PANEL_INCHES, bar_columns=bar is not None)
     for r, (frame, states) in enumerate(rows):
         for c, (k, t) in enumerate(((0, t0), (-1, t1))):
             panel = f"{head if r == c == 0 else ''}{frame}, t = {t:g}"
@@ -604,8 +608,8 @@ def write_comparison_figure(
         raise ValueError(f"{where}: `ncols` must be None or a positive int; got {ncols!r}.")
     cols = min(cols, len(panels))
     nrows = math.ceil(len(panels) / cols)
-    bars = any(panel.get("color_label") is not None for panel in panels)
-    grid = _StateGrid(nrows, cols, _GRID_PANEL_INCHES, bars=bars)
+    bars = {i % cols for i, panel in enumerate(panels) if panel.get("color_label") is not None}
+    grid = _StateGrid(nrows, cols, _GRID_PANEL_INCHES, bar_columns=bars)
     for i, panel in enumerate(panels):
         ax = grid.draw(
             i,
@@ -739,7 +743,7 @@ def write_target_figure(
         same_n = tgt.shape[0] == got.shape[0]
         index = np.arange(tgt.shape[0], dtype=float) if same_n else None
         bar = None if index is None else "token index i"
-        grid = _StateGrid(1, 2, _PANEL_INCHES, bars=bar is not None)
+        grid = _StateGrid(1, 2, _PANEL_INCHES, bar_columns=bar is not None)
         grid.draw(0, tgt, color=index, title=f"target (n = {tgt.shape[0]})", color_label=bar)
         grid.draw(1, got, color=index, title=f"realised (n = {got.shape[0]})", color_label=bar)
         return _save(grid.fig, Path(path), formats)
