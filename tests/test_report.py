@@ -4,7 +4,10 @@ measured", "worst seed: ..."), identical columns are merged, wide tables scroll,
 
 from __future__ import annotations
 
+import html
 import re
+import shutil
+import subprocess
 from html.parser import HTMLParser
 
 import numpy as np
@@ -100,6 +103,7 @@ def test_each_experiment_section_holds_its_figure_why_and_tables(written):
 
 def test_cells_read_as_words_and_columns_are_not_repeated(written):
     text, _ = _page(written)
+    text = re.sub(r'<span class="nb">(.*?)</span>', r"\1", text)  # the words kept on one line, as read
     assert "worst seed: ks − ks_bound = 0" in text and "max(value" not in text
     assert "not measured" in text and "<td>0.00</td>" not in text  # build/compile/measure unknown
     assert "<th>ks = ks_bound</th>" in text  # equal in every row: one column, both names
@@ -229,3 +233,58 @@ def test_the_readme_gets_the_summary_line_and_the_docs_the_full_table(tmp_path):
     assert "3 PASS, 0 FAIL, 1 SKIP (full run, attnflow 0, wall time 41.5 s)" in text
     table = (tmp_path / "docs" / "figures" / "reproduce_table.md").read_text()
     assert table == expectation_table.markdown_table(results) and "| E1 |" in table
+
+
+BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
+# Run in the page by Chromium: every word of a table cell that the layout split over two lines,
+# and whether the page is wider than the window (tables scroll inside their own box instead).
+LAYOUT_PROBE = """<script>
+const broken = [];
+for (const cell of document.querySelectorAll("td, th")) {
+  const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    for (const m of node.data.matchAll(/\\S+/g)) {
+      const range = document.createRange();
+      range.setStart(node, m.index); range.setEnd(node, m.index + m[0].length);
+      if (new Set([...range.getClientRects()].map(r => Math.round(r.top))).size > 1) broken.push(m[0]);
+    }
+  }
+}
+const out = document.createElement("pre");
+out.id = "probe";
+out.textContent = JSON.stringify({broken, wide: document.documentElement.scrollWidth > innerWidth});
+document.body.append(out);
+</script>"""
+
+
+def _probe(html_text: str, tmp_path, width: int) -> dict:
+    import json
+
+    page = tmp_path / f"probe{width}.html"
+    page.write_text(html_text.replace("</body>", LAYOUT_PROBE + "</body>"), encoding="utf-8")
+    dom = subprocess.run(
+        [BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         "--disable-background-networking", f"--user-data-dir={tmp_path / f'profile{width}'}",
+         f"--window-size={width},900", "--dump-dom", page.as_uri()],
+        check=True, capture_output=True, text=True, timeout=120,
+    ).stdout  # fmt: skip
+    return json.loads(html.unescape(re.search(r'<pre id="probe">(.*?)</pre>', dom, re.S).group(1)))
+
+
+@pytest.mark.skipif(BROWSER is None, reason="no Chromium on this machine (CI installs one)")
+def test_at_1400_px_no_number_or_header_is_broken_mid_word_in_a_real_browser(written, tmp_path):
+    # the probe can fail: the old rule (overflow-wrap:anywhere) breaks a number in a narrow column
+    control = (
+        "<html><body><table style='width:60px'><tr><td style='overflow-wrap:anywhere'>"
+        "1234567890123</td><td>status</td></tr></table></body></html>"
+    )
+    assert _probe(control, tmp_path, 400)["broken"] == ["1234567890123"]
+    result = _probe((written / "report.html").read_text(encoding="utf-8"), tmp_path, 1400)
+    assert result == {"broken": [], "wide": False}
+    # a wide table of intervals (as E1's measured values): a browser may break "2.7e-09" at its "-"
+    from attnflow.viz.report_page import html_page
+
+    header = ["status"] + [f"n={n}" for n in range(64, 64 * 13, 64)]
+    rows = [["PASS"] + ["[2.7e-09, 3.46e-09] over seeds"] * 12 for _ in range(3)]
+    wide = html_page([("table", (header, rows))], tmp_path)
+    assert _probe(wide, tmp_path, 700) == {"broken": [], "wide": False}  # it scrolls in its own box

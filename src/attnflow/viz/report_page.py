@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import re
 from pathlib import Path
 from typing import Any
 
@@ -53,11 +54,19 @@ CSS = """body{font-family:system-ui,sans-serif;margin:2em auto;padding:0 1em;max
 table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:0.85em}
 th,td{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top;overflow-wrap:normal;
 word-break:normal;hyphens:none}
-th{background:#f3f3f3;white-space:nowrap}td.PASS{color:#176f2c;font-weight:bold}td.FAIL{color:#b00020;font-weight:bold}
+th{background:#f3f3f3;white-space:nowrap}.nb{white-space:nowrap}td.PASS{color:#176f2c;font-weight:bold}td.FAIL{color:#b00020;font-weight:bold}
 td.SKIP{color:#8a6d00}img{max-width:100%;height:auto;border:1px solid #eee;margin:0.5em 0}
 figure{margin:1em 0;max-width:100%}figcaption{font-size:0.85em;color:#555}
 p.why{background:#f6f8fa;border-left:3px solid #4a78b0;padding:0.5em 0.8em}
 nav ul{columns:2;font-size:0.9em}"""
+
+
+_NUMBER_LIKE = re.compile(r"\S*[\d-]\S*")  # 2.7e-09, [6e-05, n=64, E1-a: a browser breaks these at "-"
+
+
+def _words(text: Any) -> str:
+    """``text`` escaped for HTML, each word holding a digit or a hyphen kept on one line."""
+    return _NUMBER_LIKE.sub(lambda m: f'<span class="nb">{m.group(0)}</span>', html.escape(str(text)))
 
 
 def _embedded_png(path: Path) -> str:
@@ -105,7 +114,7 @@ def html_page(blocks: list[tuple[str, Any]], out_dir: Path) -> str:
                 cells = "".join(
                     f'<td class="{c}">{esc(c)}</td>'
                     if c in ("PASS", "FAIL", "SKIP")
-                    else f"<td>{esc(c)}</td>"
+                    else f"<td>{_words(c)}</td>"
                     for c in row
                 )
                 parts.append(f"<tr>{cells}</tr>")
