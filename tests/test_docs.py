@@ -8,9 +8,12 @@ are marked slow, so they run in CI (``pytest --slow``), not in a developer's def
 
 from __future__ import annotations
 
+import html
 import importlib.util
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -329,3 +332,48 @@ def test_the_readme_stands_alone_and_tells_a_newcomer_where_to_start():
     # how long the main job and the tests take, in minutes, next to their commands
     assert re.search(r"reproduce.*\d+[–-]?\d* minutes", text, re.S)
     assert re.search(r"test suite \([^)]*\d+[–-]\d+ minutes", text)
+
+
+BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
+PAGE_PROBE = """<script>
+window.addEventListener("load", () => setTimeout(() => {
+  const images = [...document.querySelectorAll("article img")];
+  const out = document.createElement("pre");
+  out.id = "probe";
+  out.textContent = JSON.stringify({
+    images: images.length,
+    loaded: images.filter(i => i.complete && i.naturalWidth > 0).length,
+    maths: document.querySelectorAll("mjx-container").length,
+    errors: document.querySelectorAll("mjx-merror, [data-mjx-error]").length,
+    wide: document.documentElement.scrollWidth > innerWidth,
+  });
+  document.body.append(out);
+}, 3000));
+</script>"""
+
+
+def _probe_page(site: Path, page: str, tmp_path: Path) -> dict:
+    source = site / page
+    probed = source.with_name("probed.html")  # beside the page: its relative links still resolve
+    probed.write_text(source.read_text(encoding="utf-8").replace("</body>", PAGE_PROBE + "</body>"))
+    dom = subprocess.run(
+        [BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         "--disable-background-networking", f"--user-data-dir={tmp_path / page.replace('/', '_')}",
+         "--window-size=1200,900", "--virtual-time-budget=20000", "--dump-dom", probed.as_uri()],
+        check=True, capture_output=True, text=True, timeout=180,
+    ).stdout  # fmt: skip
+    probed.unlink()
+    match = re.search(r'<pre id="probe">(.*?)</pre>', dom, re.S)
+    assert match, f"{page}: the probe did not run"
+    return json.loads(html.unescape(match.group(1)))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(BROWSER is None, reason="no Chromium on this machine (CI installs one)")
+def test_in_a_real_browser_the_maths_renders_offline_and_the_pages_show_their_images(site, tmp_path):
+    model = _probe_page(site, "model/index.html", tmp_path)
+    assert model["maths"] >= 10 and model["errors"] == 0 and not model["wide"], model
+    for page in ("tutorial/index.html", "experiments/E1/index.html"):
+        shown = _probe_page(site, page, tmp_path)
+        assert shown["images"] >= 1 and shown["loaded"] == shown["images"], (page, shown)
+        assert not shown["wide"], (page, shown)
