@@ -57,3 +57,18 @@ def test_reproduce_ctrl_c_in_a_gc_callback_is_noted_and_raised_at_the_next_progr
             signal.SIGINT, types.SimpleNamespace(f_code=types.SimpleNamespace(co_name="run"))
         )
     interrupts.NOTED.clear()
+
+
+def test_ctrl_c_after_the_command_is_done_keeps_its_exit_code(tmp_path):
+    """A SIGINT during the interpreter's teardown (an exit handler here, JAX's in a real run) once
+    the command is done: the command's exit code (2: no such run folder), no traceback, not -2."""
+    late_ctrl_c = (
+        "import atexit, os, signal, sys, time\n"
+        "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(0.2)))\n"
+        "from attnflow_entry import main\n"
+        "sys.exit(main())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", late_ctrl_c, "plot", str(tmp_path / "absent")],
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr

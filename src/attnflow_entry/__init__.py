@@ -7,7 +7,8 @@ imports unguarded. Here the handler is in place before the first ``attnflow`` im
 line itself imports no JAX: each command imports what it needs when it runs); the command line's
 callback then hands SIGINT to the command, which handles it
 (``attnflow run`` notes it while it imports JAX and builds, records ``interrupted`` once running,
-and says how to resume).
+and says how to resume). Once the command is done, SIGINT is ignored: the exit code is the
+command's, not a death by signal during the teardown.
 """
 
 import os
@@ -28,4 +29,10 @@ def main() -> None:
     signal.signal(signal.SIGINT, _interrupted_while_starting)
     from attnflow.cli import main as cli_main  # after the handler: the point of this module
 
-    sys.exit(cli_main())  # the command line's callback hands Ctrl-C to the command
+    try:
+        sys.exit(cli_main())  # the command line's callback hands Ctrl-C to the command
+    finally:
+        # The command is done and its exit code decided. A Ctrl-C during the interpreter's (and
+        # JAX's) teardown would turn that code into a death by SIGINT (Python restores the
+        # default action of a signal it handled before it finalises): it is ignored instead.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
