@@ -480,3 +480,31 @@ def test_a_bad_option_string_is_one_line_and_exit_2_writing_nothing(config_file,
     assert result.stdout == "" and result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith(line), result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_ctrl_c_in_a_sweep_is_one_line_and_exit_130(config_file, tmp_path, monkeypatch):
+    import logging
+    import types
+
+    from attnflow.cli import interrupts
+    from attnflow.workflows import sweep as sweep_module
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep_module, "run_sweep", interrupted)
+    out = tmp_path / "sweep"
+    result = invoke("sweep", str(config_file), "--grid", "model.beta=1,2", "--out", str(out))
+    assert result.exit_code == 130, result.output
+    assert result.stderr.splitlines() == [
+        f"interrupted: {str(out)!r} keeps every finished point; the same command continues (finished "
+        "points are skipped)."
+    ]
+    # the handler silences the cluster's loggers (its teardown logs dropped tasks as errors), then raises
+    logger = logging.getLogger("distributed")
+    monkeypatch.setattr(logger, "level", logging.WARNING)
+    frame = types.SimpleNamespace(f_code=types.SimpleNamespace(co_name="_execute"))
+    with pytest.raises(KeyboardInterrupt):
+        interrupts.quiet_and_raise(signal.SIGINT, frame)
+    assert logger.level == logging.CRITICAL
+    interrupts.NOTED.clear()

@@ -171,9 +171,14 @@ def _options(
 ) -> None:
     """Mean-field self-attention dynamics with frozen auxiliary variables."""
     # Ctrl-C is the command's from here (the console entry guarded the start-up until now): `run`
-    # notes it while it builds, `reproduce` raises it and notes it, the others receive KeyboardInterrupt.
+    # notes it while it builds, `reproduce` and `sweep` raise it or note it (cli.interrupts), the
+    # others receive KeyboardInterrupt.
     interrupts.NOTED.clear()
-    handlers = {"run": interrupts.note, "reproduce": interrupts.note_or_raise}
+    handlers = {
+        "run": interrupts.note,
+        "reproduce": interrupts.note_or_raise,
+        "sweep": interrupts.quiet_and_raise,
+    }
     signal.signal(signal.SIGINT, handlers.get(ctx.invoked_subcommand, signal.default_int_handler))
 
 

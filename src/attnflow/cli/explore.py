@@ -7,7 +7,17 @@ from typing import Annotated
 
 import typer
 
-from attnflow.cli.app import EXIT_UNFINISHED, SET, Command, ConfigCommand, app, disk_failures, user_errors
+from attnflow.cli import interrupts
+from attnflow.cli.app import (
+    EXIT_INTERRUPTED,
+    EXIT_UNFINISHED,
+    SET,
+    Command,
+    ConfigCommand,
+    app,
+    disk_failures,
+    user_errors,
+)
 from attnflow.cli.arguments import (
     MAX_STARTS,
     MAX_WORKERS,
@@ -101,8 +111,16 @@ def sweep(
         if scheduler is not None:
             check_scheduler(scheduler)
         kept = "every finished point (a second run skips them)"
-        with disk_failures(out, kept=kept), progress_report("sweep", "simulating") as progress:
-            summary = run_sweep(plan, out, scheduler=scheduler, workers=workers, progress=progress, tls=tls)
+        try:
+            with disk_failures(out, kept=kept), progress_report("sweep", "simulating") as report:
+                progress = interrupts.raising_noted(report)
+                summary = run_sweep(
+                    plan, out, scheduler=scheduler, workers=workers, progress=progress, tls=tls
+                )
+        except KeyboardInterrupt:
+            say(f"interrupted: {str(out)!r} keeps every finished point; the same command continues "
+                "(finished points are skipped).")  # fmt: skip
+            raise typer.Exit(code=EXIT_INTERRUPTED) from None
     for message, count in summary.warnings.items():
         say(f"warning ({count} points): {message}")
     for digest, error in summary.failures.items():

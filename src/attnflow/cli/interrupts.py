@@ -1,7 +1,16 @@
 """Ctrl-C at the command line: noted where raising it would be lost (while importing and building,
-in a garbage-collector callback) and raised at the next safe point, a progress call."""
+in a garbage-collector callback) and raised at the next safe point, a progress call.
+
+The handler of each command (set by the command line's callback): ``run`` notes it while it builds
+(the run then handles SIGINT itself), ``reproduce`` raises it or notes it, ``sweep`` silences the
+Dask cluster's loggers (its teardown logs every dropped task as an error) and raises it or notes
+it; the others get Python's KeyboardInterrupt. Each command that writes turns it into one line
+saying what was kept and exit code 130.
+"""
 
 from __future__ import annotations
+
+import logging
 
 NOTED: list[int] = []  # SIGINTs received by `run` (process state, like the signal handler)
 
@@ -20,6 +29,12 @@ def note_or_raise(signum: int, frame) -> None:
     name = frame.f_code.co_name if frame is not None else ""
     if name != "__del__" and "gc_callback" not in name:
         raise KeyboardInterrupt
+
+
+def quiet_and_raise(signum: int, frame) -> None:
+    """Ctrl-C during `sweep`: the cluster's loggers silenced, then as :func:`note_or_raise`."""
+    logging.getLogger("distributed").setLevel(logging.CRITICAL)
+    note_or_raise(signum, frame)
 
 
 def raising_noted(progress):
