@@ -31,7 +31,8 @@ original ones are ``run``, and the default is all of them):
   root ignore permissions: intact when it exits 3 with one line, keeps a bitwise prefix, and,
   made writable again, ``--resume`` finishes bitwise.
 - SIGKILL and SIGINT of ``reproduce`` mid-experiment, then ``--resume``; of a sweep's parent
-  process, then the same sweep again; two sweeps into one folder at once: intact when every
+  process, then the same sweep again; two sweeps into one folder at once: intact when the stopped
+  command exited as documented (SIGINT: 130 and one line; a death by a signal is not) and every
   experiment or point is there once, with the values of an uninterrupted run.
 - Another local user reaching the local cluster's HTTP port: intact when no port of the sweep's
   processes answers plain HTTP.
@@ -415,7 +416,22 @@ def read_only_mid_run_once(config: Path, root: Path, reference, delay: int) -> t
 
 # --- issue 27: reproduce and sweeps ---------------------------------------------------------------
 
+
 # three experiments of a few seconds each at n = 8: a kill after the first lands in the second
+def stopped_as_documented(sig: int, code: int, stderr: str, *, finished: int) -> bool:
+    """SIGKILL: killed (-9), or done before it arrived (``finished``). SIGINT: exit 130 with one
+    line, or ``finished``; a death by a signal (-2, -11) or any other code is not as documented."""
+    if code == finished:
+        return True
+    if sig == signal.SIGKILL:
+        return code == -signal.SIGKILL
+    lines = stderr.strip().splitlines()
+    if code != 130 or len(lines) != 1:
+        print(f"    not as documented: exit {code}, stderr ends {stderr.strip()[-600:]!r}", flush=True)
+        return False
+    return True
+
+
 REPRODUCE = ("reproduce", "--quick", "--only", "E0,E3,E7", "--sizes", "8", "--seeds", "1", "--workers", "1")
 
 
@@ -438,9 +454,7 @@ def reproduce_killed_once(root: Path, sig: int, delay: float, reference: dict, c
     time.sleep(delay)
     process.send_signal(sig)
     _, stderr = process.communicate(timeout=300)
-    intact = True
-    if sig == signal.SIGINT and process.returncode == 130:
-        intact &= len(stderr.strip().splitlines()) == 1
+    intact = stopped_as_documented(sig, process.returncode, stderr, finished=code)
     experiments = out / "experiments"
     kept = sorted(p.stem for p in experiments.glob("*.json")) if experiments.exists() else []
     resumed = run(*REPRODUCE, "--out", str(out), "--resume")
@@ -488,7 +502,8 @@ def sweep_killed_once(config: Path, root: Path, sig: int, k: int, reference: lis
     _, stderr = process.communicate(timeout=300)
     time.sleep(2)  # the workers die with their parent
     again = sweep_once_more(config, out)
-    intact = again.returncode == 0 and each_point_once(out, reference)
+    intact = stopped_as_documented(sig, process.returncode, stderr, finished=0)
+    intact &= again.returncode == 0 and each_point_once(out, reference)
     print(f"  sweep {sig.name}: exit {process.returncode}; again: exit {again.returncode}", flush=True)
     return intact, stderr + again.stderr
 
