@@ -172,3 +172,17 @@ def test_row_blocks_hold_no_n_by_n_array():
         program = jax.jit(HeadsField(heads, make_profile(), block_size=block)).lower(x).compile().as_text()
         assert (square in program) == holds_square
         assert block is None or f"[{block},{n}]" in program
+
+
+@pytest.mark.parametrize(
+    ("setting", "key"),
+    [("[model]\nn = 8\ncausal = true\n", "model.causal"), ("[model]\nn = 8\nsources = 1\n", "model.sources"),
+     ("[model]\nn = 8\n[attention]\nheads = 1\n", "attention")],
+)  # fmt: skip
+def test_landscape_refuses_what_is_not_a_gradient_flow(tmp_path, setting, key):
+    path = tmp_path / "c.toml"
+    path.write_text(setting)
+    result = invoke("landscape", str(path), "--out", str(tmp_path / "ls"))
+    assert result.exit_code == 2
+    assert f"`{key}` must be" in result.stderr and "for `attnflow landscape`" in result.stderr
+    assert not (tmp_path / "ls").exists()

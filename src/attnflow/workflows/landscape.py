@@ -53,7 +53,7 @@ from attnflow.analysis.shapes import classify_shape
 from attnflow.core import factors, sphere
 from attnflow.core.kernel import Kernel
 from attnflow.io.atomic import write_json, write_text
-from attnflow.io.config import Config, apply_overrides, config_from_dict, resolved_dict
+from attnflow.io.config import Config, ConfigError, apply_overrides, config_from_dict, resolved_dict
 from attnflow.numerics.dynamics import make_vector_field
 from attnflow.numerics.solve import solve
 from attnflow.numerics.summation import energy
@@ -120,6 +120,23 @@ def parse_continuation(spec: str) -> Continuation:
 def with_value(config: Config, key: str, value: float) -> Config:
     """``config`` with ``key = value`` (validated like ``--set``)."""
     return config_from_dict(apply_overrides(resolved_dict(config), [f"{key}={value!r}"], where="--continue"))
+
+
+def check_gradient_flow(config: Config) -> None:
+    """The landscape is that of the energy: refuse, naming the key, a config whose dynamics is not
+    its gradient flow (heads, a causal mask, values outside the gradient, held sources), whose
+    stationary states would not be those of the flow it describes."""
+    model = config.model
+    reasons = {
+        "attention": (config.attention is not None, "absent (the landscape of heads is not built)"),
+        "model.causal": (model.causal is not False, "false (a causal mask is not a gradient flow)"),
+        "model.value": (model.value != "gradient", "'gradient' (logits_only is not a gradient flow)"),
+        "model.sources": (model.sources != 0, "0 (held sources change the stationary states)"),
+    }
+    for key, (refused, constraint) in reasons.items():
+        if refused:
+            value = "a section" if key == "attention" else getattr(model, key.split(".")[1])
+            raise ConfigError.from_parts(key, f"{constraint} for `attnflow landscape`", value)
 
 
 def _quiet_build(config: Config) -> Simulation:
@@ -449,6 +466,7 @@ def run_landscape(
     gradient_tol: float = landscape.GRADIENT_TOL,
 ) -> LandscapeResult:
     """Find the stationary states of ``config``'s kernel, optionally continue them, write ``out``."""
+    check_gradient_flow(config)
     if starts < 0:
         raise ValueError(f"landscape: `starts` must be >= 0; got {starts!r}.")
     if continuation is not None:
