@@ -13,8 +13,9 @@ with the attention weights ``a_ij`` of the profile and the normalisation
 factor are its children; ``values`` is static), so a list of heads enters jitted code as it is.
 
 Constructors: :func:`make_head` from arrays (checked), :func:`identity_maps`,
-:func:`gaussian_maps`, :func:`orthogonal_maps` and :func:`shared_maps` (``W_Q = W_K = W_V = W``,
-``W_O = Wᵀ``) for seeded random heads; :func:`alibi_slopes` for the per-head distance bias.
+:func:`gaussian_maps`, :func:`orthogonal_maps`, :func:`shared_maps` (``W_Q = W_K = W_V = W``,
+``W_O = Wᵀ``) and :func:`random_qk_maps` (random ``W_Q``, ``W_K``; ``W_V = W_O = I``) for seeded
+random heads; :func:`alibi_slopes` for the per-head distance bias.
 
 :func:`is_gradient_head` tells whether a head keeps the layer a gradient flow of the energy
 ``E = Σ_h (1/(2n²)) Σ_ij w_ij φ(s_ij)``: (a) ``W_Q = W_K = W_V = W`` and ``W_O = Wᵀ`` with rotated
@@ -183,7 +184,25 @@ def shared_maps(seed: int, heads: int, head_dim: int, d: int, *, scale: float = 
     return {"query": w, "key": w.copy(), "value": w.copy(), "output": np.swapaxes(w, 1, 2).copy()}
 
 
-MAKERS = {"identity": None, "gaussian": gaussian_maps, "orthogonal": orthogonal_maps, "shared": shared_maps}
+def random_qk_maps(
+    seed: int, heads: int, head_dim: int, d: int, *, scale: float = 1.0
+) -> dict[str, np.ndarray]:
+    """Gaussian ``W_Q`` and ``W_K`` (entries ``N(0, scale²/d)``, as :func:`gaussian_maps`) with the
+    identity ``W_V`` and ``W_O`` (as :func:`identity_maps`): random logits, values ``I``, the setting
+    of the causal collapse of Karagodin, Polyanskiy and Rigollet (arXiv:2411.04990)."""
+    rng = np.random.default_rng(seed)
+    out = identity_maps(heads, head_dim, d)
+    out["query"], out["key"] = (rng.normal(0.0, scale / np.sqrt(d), (heads, head_dim, d)) for _ in range(2))
+    return out
+
+
+MAKERS = {
+    "identity": None,
+    "gaussian": gaussian_maps,
+    "orthogonal": orthogonal_maps,
+    "shared": shared_maps,
+    "random_qk": random_qk_maps,
+}
 
 
 def alibi_slopes(heads: int) -> np.ndarray:

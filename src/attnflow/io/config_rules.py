@@ -219,7 +219,7 @@ def _expansion_has_label_structure(config) -> None:
         )
 
 
-WEIGHT_MAKERS = ("identity", "gaussian", "orthogonal", "shared")
+WEIGHT_MAKERS = ("identity", "gaussian", "orthogonal", "shared", "random_qk")
 
 
 def _sources_leave_movers(config) -> None:

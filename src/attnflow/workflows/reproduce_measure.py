@@ -4,7 +4,16 @@ Energies of all snapshots and seeds by one compiled program per kernel structure
 fixed number of states per call: jobs of other lengths and seed counts reuse it), gauge frames
 and mean cosines in NumPy, then the diagnostics of :mod:`attnflow.analysis.metrics` per seed at
 the report times and at the end (:func:`measure`); every value is one of
-:data:`attnflow.io.outcomes.METRICS`. Also the states a realisation's figure shows
+:data:`attnflow.io.outcomes.METRICS` or of :data:`LAYER_METRICS`.
+
+A layer of attention heads (:class:`attnflow.numerics.heads_field.HeadsField`) is measured with
+its own energy (``field.energy``: the sum over the heads; the simulation's kernel is the identity's),
+no theoretical maximum (``energy_gap`` is null), its gauge frame ``u_i = G(ξ_i) x_i`` taken from the
+first head's gauge where it acts in dimension ``d``, and the values of :data:`LAYER_METRICS` (also
+measured for a causal field or one with held sources): whether the field is a gradient flow, the
+distances to the first token's initial point, the alignment with the first head's logit axis.
+
+Also the states a realisation's figure shows
 (:func:`trajectory_states`, :func:`householder_frame`, :func:`orbit_frame`).
 """
 
@@ -28,7 +37,10 @@ from attnflow.workflows.build import Simulation
 from attnflow.workflows.experiments import Experiment
 
 __all__ = [
+    "LAYER_METRICS",
     "householder_frame",
+    "is_layer",
+    "layer_values",
     "json_value",
     "measure",
     "orbit_frame",
@@ -43,6 +55,17 @@ SERIES_POINTS = 50  # snapshots per seed of the costly per-snapshot series (clus
 
 ENERGY_CHUNK = 64  # states per compiled energy call (the last call is padded)
 
+# The values measured for a layer of heads, a causal field or a field with held sources (besides
+# those of attnflow.io.outcomes.METRICS), with their meaning.
+LAYER_METRICS = {
+    "gradient_flow": "the field is the gradient flow of its energy (usa, no mask, heads of case (a) or (b))",
+    "first_token_distance": "max_i |x_i(t) - x_0(0)|: the distance of the farthest token to the first "
+    "token's initial point (a held source, or the first token of a causal mask)",
+    "first_token_displacement": "|x_0(t) - x_0(0)|: how far the first token moved",
+    "qk_axis_alignment": "min_i |<x_i, e>|, e the top eigenvector of sym(W_Q^T W_K) of the first head "
+    "(1: every token at +-e)",
+}
+
 
 @partial(jax.jit, static_argnames="block_size")
 def _energy_chunk(kernel, xs, block_size=None):
@@ -50,16 +73,27 @@ def _energy_chunk(kernel, xs, block_size=None):
     return jax.vmap(lambda x: energy(kernel, x, block_size=block_size))(xs)
 
 
-def _energies(kernel, xs: np.ndarray, block_size=None) -> np.ndarray:
+@partial(jax.jit, static_argnums=0)
+def _field_energy_chunk(field, xs):
+    """``field.energy`` of each state of ``xs (ENERGY_CHUNK, n, d)`` (a field of heads: its own
+    program, the field is compared by identity)."""
+    return jax.vmap(field.energy)(xs)
+
+
+def _energies(kernel, xs: np.ndarray, block_size=None, *, field=None) -> np.ndarray:
     """``E`` of every snapshot and seed, ``xs (T, B, n, d) -> (T, B)``, ``ENERGY_CHUNK`` states a
-    call: one compilation per kernel structure and size, whatever ``T`` and ``B``."""
+    call: one compilation per kernel structure and size, whatever ``T`` and ``B``. With ``field``
+    (a layer of heads), its own ``field.energy`` instead of the kernel's."""
     states = xs.reshape(-1, *xs.shape[2:])
     count = len(states)
     padded = np.concatenate([states, np.repeat(states[-1:], -count % ENERGY_CHUNK, axis=0)])
-    chunks = [
-        _energy_chunk(kernel, jnp.asarray(padded[i : i + ENERGY_CHUNK]), block_size=block_size)
-        for i in range(0, len(padded), ENERGY_CHUNK)
-    ]
+
+    def chunk(part):
+        if field is not None:
+            return _field_energy_chunk(field, part)
+        return _energy_chunk(kernel, part, block_size=block_size)
+
+    chunks = [chunk(jnp.asarray(padded[i : i + ENERGY_CHUNK])) for i in range(0, len(padded), ENERGY_CHUNK)]
     return np.concatenate([np.asarray(chunk) for chunk in chunks])[:count].reshape(xs.shape[:2])
 
 
@@ -150,6 +184,40 @@ def _time_indices(ts: np.ndarray, report_times: Sequence[float]) -> dict[str, in
     return found
 
 
+def _layer_gauge(field) -> np.ndarray | None:
+    """``G(ξ_i) (n, d, d)`` of the first head of a layer, where it is a gauge in dimension ``d``."""
+    gauge = field.heads[0].gauge
+    if gauge.is_identity or gauge.d != field.d:
+        return None
+    return np.asarray(_gauge_matrices(gauge))
+
+
+def _qk_axis(field) -> np.ndarray | None:
+    """The top eigenvector of ``sym(W_Qᵀ W_K)`` of the first head (its largest logit's direction)."""
+    if not hasattr(field, "heads"):
+        return None
+    head = field.heads[0]
+    a = np.asarray(head.query, dtype=np.float64).T @ np.asarray(head.key, dtype=np.float64)
+    return np.linalg.eigh(0.5 * (a + a.T))[1][:, -1]
+
+
+def is_layer(field) -> bool:
+    """Whether ``field`` gets the values of :data:`LAYER_METRICS`: heads, a mask or held sources."""
+    return hasattr(field, "heads") or field.causal is not False or field.sources > 0
+
+
+def layer_values(field, x: np.ndarray, x_first: np.ndarray, axis: np.ndarray | None) -> dict[str, Any]:
+    """:data:`LAYER_METRICS` of one seed's state ``x (n, d)``; ``x_first`` its first token at
+    ``t = 0``, ``axis`` the first head's logit axis (:func:`_qk_axis`) or None."""
+    values = {
+        "gradient_flow": bool(field.gradient_flow),
+        "first_token_distance": float(np.max(np.linalg.norm(x - x_first, axis=1))),
+        "first_token_displacement": float(np.linalg.norm(x[0] - x_first)),
+        "qk_axis_alignment": None if axis is None else float(np.min(np.abs(x @ axis))),
+    }
+    return {key: json_value(value) for key, value in values.items()}
+
+
 def measure(
     sim: Simulation,
     ts: np.ndarray,
@@ -165,14 +233,23 @@ def measure(
     ``tables``: the same kernel as ``sim``'s with its gauge as matrices and its factor as a matrix
     (``DenseGauge``, ``MatrixFactor``), if there is one: the energies and gauge matrices are taken
     from it (programs shared by every gauge and factor); a gauge frame is measured only where
-    ``sim``'s gauge is not the identity."""
-    gauged = not sim.kernel.gauge.is_identity
+    ``sim``'s gauge is not the identity. A layer of heads (``sim.field.heads``) is measured with
+    ``sim.field.energy``, no ``e_max``, and the first head's gauge as the gauge frame (where it
+    acts in dimension ``d``)."""
+    heads = hasattr(sim.field, "heads")
     kernel = sim.kernel if tables is None else tables
-    q = np.asarray(_gauge_matrices(kernel.gauge)) if gauged else None
+    if heads:
+        q = _layer_gauge(sim.field)
+        gauged, e_max = q is not None, None
+        energies = _energies(kernel, xs, field=sim.field)
+    else:
+        gauged = not sim.kernel.gauge.is_identity
+        q = np.asarray(_gauge_matrices(kernel.gauge)) if gauged else None
+        energies = _energies(kernel, xs, block_size=sim.block_size)
     us = _gauge_frames(q, xs) if gauged else xs
-    energies = _energies(kernel, xs, block_size=sim.block_size)
     mean_cos = _mean_cosines(xs)
     gauge_mean_cos = _mean_cosines(us) if gauged else mean_cos
+    layer, axis = is_layer(sim.field), _qk_axis(sim.field)
     indices = _time_indices(ts, experiment.report_times)
     values = []
     for b, seed in enumerate(seeds):
@@ -182,6 +259,8 @@ def measure(
                 window = (ts[: k + 1], energies[: k + 1, b], mean_cos[: k + 1, b], gauge_mean_cos[: k + 1, b])
                 series = {key: json_value(v) for key, v in series_values(*window, e_max).items()}
                 cache[k] = snapshot_values(xs[k, b], us[k, b], q, sim.groups) | series
+                if layer:
+                    cache[k] |= layer_values(sim.field, xs[k, b], xs[0, b, 0], axis)
             per_time[label] = cache[k]
         values.append(per_time)
     figure = FigureData(

@@ -1,7 +1,8 @@
 """Planning a reproduce run: one job per (experiment, variant, n), the command-line parsers.
 
 A :class:`Job` is one batch of seeds of an experiment's variant at one size; :func:`plan` lists
-them (checking that every metric an experiment names is measured, :data:`attnflow.io.outcomes.METRICS`);
+them (checking that every metric an experiment names is measured, :data:`attnflow.io.outcomes.METRICS`
+or :data:`attnflow.workflows.reproduce_measure.LAYER_METRICS`);
 :func:`structure_key` says which jobs can share one compiled program.
 """
 
@@ -14,6 +15,9 @@ from collections.abc import Sequence
 from attnflow.io.outcomes import METRICS
 from attnflow.numerics.solve import snapshot_count
 from attnflow.workflows.experiments import Experiment, Variant, experiment_ids
+from attnflow.workflows.reproduce_measure import LAYER_METRICS
+
+MEASURED = {**METRICS, **LAYER_METRICS}  # every name an expectation may use
 
 __all__ = ["Job", "parse_only", "parse_sizes", "plan", "structure_key"]
 
@@ -133,10 +137,10 @@ def plan(
         named = [e.metric for e in experiment.expect] + [
             e.bound_metric for e in experiment.expect if e.bound_metric
         ]
-        unknown = [m for m in (*named, *experiment.report_metrics) if m not in METRICS]
+        unknown = [m for m in (*named, *experiment.report_metrics) if m not in MEASURED]
         if unknown:
             raise ValueError(f"{experiment.source}: `expect.metric` and `report_metrics` must name values of "
-                             f"{sorted(METRICS)}; got {unknown[0]!r}.")  # fmt: skip
+                             f"{sorted(MEASURED)}; got {unknown[0]!r}.")  # fmt: skip
         chosen = experiment.quick if quick else experiment
         seeds = tuple(chosen.seeds)[:n_seeds] if n_seeds is not None else tuple(chosen.seeds)
         for n in tuple(sizes) if sizes is not None else chosen.sizes:

@@ -1,0 +1,161 @@
+"""The attention experiments of the reproduction (E10-E13) pass, and each fails for a simulator that
+ignores the part it tests (the quick settings, in this process).
+
+A mutant is a :class:`~attnflow.numerics.heads_field.HeadsField` whose dynamics (``field(x)``) drop
+one part of the layer, while its energy and its ``gradient_flow`` flag stay those of the layer as
+configured: the experiments must notice the wrong motion itself, not a flag. It replaces the field
+class that ``build`` constructs, so every job really runs it (a field of heads is compiled per
+object: no program compiled for the right field can stand in for it).
+"""
+
+import dataclasses
+
+import jax.numpy as jnp
+import pytest
+
+from attnflow.numerics.heads_field import HeadsField
+from attnflow.workflows import build as build_module
+from attnflow.workflows import experiments as experiment_files
+from attnflow.workflows import reproduce
+from attnflow.workflows.reproduce_measure import LAYER_METRICS, is_layer, layer_values
+
+LAYER_EXPERIMENTS = ("E10", "E11", "E12", "E13")
+
+
+def _identity_maps(head):
+    d_h, d = head.query.shape
+    eye = jnp.eye(d_h, d, dtype=head.query.dtype)
+    return dataclasses.replace(head, query=eye, key=eye, value=eye, output=eye.T)
+
+
+def _swapped_values(head):
+    return dataclasses.replace(head, values="plain" if head.values == "rotated" else "rotated")
+
+
+# what each mutant's dynamics leave out: (field options, map of each head)
+MUTATIONS = {
+    "mask ignored": ({"causal": False}, None),
+    "sources ignored": ({"sources": 0}, None),
+    "maps ignored (identity maps)": ({}, _identity_maps),
+    "values ignored (plain <-> rotated)": ({}, _swapped_values),
+}
+
+
+def make_mutant(name: str) -> type:
+    options, per_head = MUTATIONS[name]
+
+    class Mutant(HeadsField):
+        def __call__(self, x):
+            fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(HeadsField)}
+            heads = self.heads if per_head is None else tuple(map(per_head, self.heads))
+            wrong = HeadsField(**(fields | options | {"heads": heads}))
+            return HeadsField.__call__(wrong, x)
+
+    Mutant.__name__ = Mutant.__qualname__ = f"Mutant[{name}]"
+    return Mutant
+
+
+def _run(ids, variants=None):
+    """Results and expectation rows of the quick jobs of ``ids`` (``variants``: only those)."""
+    experiments = experiment_files.load_experiments(ids)
+    jobs = reproduce.plan(experiments, quick=True)
+    jobs = [j for j in jobs if variants is None or j.variant.name in variants]
+    results = reproduce.run_jobs(jobs, lambda units, stage=None: None, workers=1)
+    rows = []
+    for experiment in experiments:
+        rows += experiment_files.evaluate(experiment, [r for r in results if r.experiment == experiment.id])
+    return results, rows
+
+
+def _failed(rows, experiment, variant):
+    return [r["metric"] for r in rows if r["experiment"] == experiment and r["variant"] == variant
+            and r["status"] == "FAIL"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def honest():
+    return _run(LAYER_EXPERIMENTS)
+
+
+def test_the_attention_experiments_are_packaged():
+    ids = experiment_files.experiment_ids()
+    assert set(LAYER_EXPERIMENTS) <= set(ids)
+    assert ids.index("E13") > ids.index("E9")  # after the paper's, in the report's order
+
+
+def test_every_attention_experiment_passes_with_the_real_layer(honest):
+    results, rows = honest
+    assert all(r.status == "ok" for r in results), [(r.label, r.status, r.reason) for r in results]
+    assert {r["experiment"] for r in rows} == set(LAYER_EXPERIMENTS)
+    failing = [(r["experiment"], r["variant"], r["text"], r["measured"]) for r in rows]
+    assert not [row for row, r in zip(failing, rows, strict=True) if r["status"] != "PASS"]
+
+
+def test_the_layers_are_measured_with_their_own_energy_and_flag(honest):
+    """The heads' energy (not the identity kernel's) and the field's gradient_flow reach the rows."""
+    results, _ = honest
+    by_label = {r.label: r for r in results}
+    shared = by_label["E11 (a) shared W"].values[0]
+    gaussian = by_label["E11 (b) Gaussian maps"].values[0]
+    assert shared["final"]["gradient_flow"] is True and gaussian["final"]["gradient_flow"] is False
+    # E of W x, not of x: the identity kernel's energy of a state on the axis would be e^beta / 2
+    assert shared["final"]["energy"] == pytest.approx(1.004, abs=0.01)
+    assert shared["final"]["energy_gap"] is None  # no closed-form maximum for a layer
+    causal = by_label["E10 (b) W_Q = W_K = I"].values[0]
+    assert causal["final"]["gradient_flow"] is False and set(LAYER_METRICS) <= set(causal["final"])
+
+
+@pytest.mark.parametrize(
+    ("mutant", "experiment", "variants", "claim"),
+    [
+        ("mask ignored", "E10", ("random", "identity"), "first_token_displacement"),
+        ("sources ignored", "E12", ("",), "first_token_displacement"),
+        ("maps ignored (identity maps)", "E11", ("gradient",), "qk_axis_alignment"),
+        ("values ignored (plain <-> rotated)", "E13", ("",), "orbit_residual"),
+    ],
+)
+def test_each_attention_experiment_fails_when_its_part_is_ignored(
+    monkeypatch, honest, mutant, experiment, variants, claim
+):
+    mutant_class = make_mutant(mutant)
+    monkeypatch.setattr(build_module, "HeadsField", mutant_class)
+    job = reproduce.plan(experiment_files.load_experiments([experiment]), quick=True)[0]
+    assert type(build_module.build(job.simulation_config()).field) is mutant_class  # what the jobs run
+    results, rows = _run([experiment], variants)
+    assert all(r.status == "ok" for r in results), [(r.label, r.status, r.reason) for r in results]
+    for variant in variants:
+        failed = _failed(rows, experiment, variant)
+        assert claim in failed, f"{experiment} {variant}: {mutant} fails only {failed}"
+        assert not _failed(honest[1], experiment, variant)  # the same rows pass with the real layer
+
+
+def _config(eid: str, variant: str, n: int):
+    experiment = experiment_files.load_experiments([eid])[0]
+    return experiment.simulation_config(next(v for v in experiment.variants if v.name == variant), n)
+
+
+def test_the_mutants_change_the_motion_not_the_flag():
+    """A mutant keeps the configured layer's energy and gradient_flow: only ``field(x)`` is wrong."""
+    config = _config("E10", "random", 16)
+    real = build_module.build(config).field
+    x = build_module.make_initial(config, real.heads[0].gauge, jnp.float64)
+    for name in MUTATIONS:
+        mutant = make_mutant(name)(**{f.name: getattr(real, f.name) for f in dataclasses.fields(HeadsField)})
+        assert mutant.gradient_flow == real.gradient_flow
+        assert float(mutant.energy(x)) == float(real.energy(x))
+        moved = float(jnp.max(jnp.abs(mutant(x) - real(x))))
+        if name in ("mask ignored", "maps ignored (identity maps)"):
+            assert moved > 1e-3, name  # E10 is causal with random W_Q, W_K: these parts act
+        else:
+            assert moved == 0.0, name  # no sources, no gauge: plain and rotated values agree
+
+
+def test_layer_values_measure_the_first_token_and_the_logit_axis():
+    real = build_module.build(_config("E12", "", 4)).field
+    assert is_layer(real)
+    x = jnp.asarray([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, -1.0], [0.6, 0.8, 0.0]])
+    values = layer_values(real, x, jnp.asarray([0.0, 1.0, 0.0]), jnp.asarray([0.0, 0.0, 1.0]))
+    assert values["first_token_distance"] == pytest.approx(2.0**0.5)  # |e_3 - e_2| (and |e_1 - e_2|)
+    assert values["first_token_displacement"] == pytest.approx(2.0**0.5)
+    assert values["qk_axis_alignment"] == 0.0  # e_1 is orthogonal to the axis e_3
+    assert values["gradient_flow"] is True  # usa, no mask, identity maps (sources keep it one)
