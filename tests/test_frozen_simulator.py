@@ -53,3 +53,27 @@ def test_a_frozen_simulator_fails_a_row_of_every_experiment_and_variant(frozen):
             statuses = [row["status"] for row in rows if row["variant"] == variant.name]
             assert statuses, (experiment.id, variant.name)
             assert "FAIL" in statuses, f"{experiment.id} {variant.name or ''}: every row passes frozen"
+
+
+# The claim each attention experiment's variants make, which a simulator that never moves must fail
+# (not only a side row): the first token's point reached, the logit axis, E rising or falling, the orbit.
+LAYER_CLAIMS = {
+    ("E10", "random"): "first_token_distance",
+    ("E10", "identity"): "first_token_distance",
+    ("E11", "gradient"): "qk_axis_alignment",
+    ("E11", "gaussian"): "energy_max_decrease",
+    ("E12", ""): "first_token_distance",
+    ("E13", ""): "orbit_residual",
+}
+
+
+def test_a_frozen_simulator_fails_the_claim_of_every_attention_experiment(frozen):
+    experiments = experiment_files.load_experiments(sorted({eid for eid, _ in LAYER_CLAIMS}))
+    assert {(e.id, v.name) for e in experiments for v in e.variants} == set(LAYER_CLAIMS)
+    results = reproduce.run_jobs(reproduce.plan(experiments, quick=True), lambda units, stage=None: None)
+    assert all(r.status == "ok" for r in results), [(r.experiment, r.status, r.reason) for r in results]
+    for experiment in experiments:
+        rows = experiment_files.evaluate(experiment, [r for r in results if r.experiment == experiment.id])
+        for variant in experiment.variants:
+            failed = [r["metric"] for r in rows if r["variant"] == variant.name and r["status"] == "FAIL"]
+            assert LAYER_CLAIMS[experiment.id, variant.name] in failed, (experiment.id, variant.name, failed)
