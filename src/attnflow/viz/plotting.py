@@ -376,6 +376,7 @@ def _new_figure(width: float, height: float) -> Figure:
 # two-line title, with room on its right for a colour bar, its tick labels and its name. The room
 # is fixed by the fonts used (ticks 6 pt, at most 5 ticks of at most 7 characters; name 7 pt), so
 # no layout pass is needed (tests/test_figure_layout.py checks the boxes at d = 2 ... 128).
+_SERIES_CELL_MARGINS = (0.85, 0.12, 0.5, 0.3)  # left, right, bottom, top of a series panel, inches
 _BAR_GAP, _BAR_WIDTH, _BAR_ROOM = 0.06, 0.11, 0.62  # colour bar: gap, width, room for ticks + name
 _LABEL_ROOM = 0.28  # a projection's axis labels (8 pt) left of and below its square
 
@@ -692,9 +693,23 @@ def write_series_panels(
     cols = min(ncols, len(groups))
     nrows = math.ceil(len(groups) / cols)
     panel_w, panel_h = 3.4, 2.5
-    fig = _new_figure(cols * panel_w, nrows * panel_h)
+    # placed in inches, no layout pass (it doubled the cost of a 16-panel figure): each cell keeps
+    # room on its left for log-axis tick labels (10^-63 at 8 pt) and the y label, below for the t
+    # ticks and label, above for the title (tests/test_figure_layout.py checks the boxes)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(cols * panel_w, nrows * panel_h))
+    FigureCanvasAgg(fig)
+    left, right, bottom, top = _SERIES_CELL_MARGINS
+    width, height = cols * panel_w, nrows * panel_h
     for g, (title, curves) in enumerate(groups):
-        ax = fig.add_subplot(nrows, cols, g + 1)
+        row, col = divmod(g, cols)
+        x0, y0 = col * panel_w + left, (nrows - 1 - row) * panel_h + bottom
+        ax = fig.add_axes(
+            [x0 / width, y0 / height, (panel_w - left - right) / width, (panel_h - bottom - top) / height]
+        )
+        ax.tick_params(labelsize=8)
         colours = curve_colours(len(curves))
         for i, (label, ts, values) in enumerate(curves):
             draw_series(ax, ts, values, label=label, ylabel=ylabels[g], logy=logys[g], color=colours[i])
