@@ -1,96 +1,83 @@
-"""The compiled-program cache folder: the user's own, private; else one line and exit code 2."""
+"""The compilation cache folder: a compiled program read from disk runs as code, so the folder must
+be one that no other user can write or swap (numerics.program_cache.check_private_folder)."""
 
 import os
 import stat
+from pathlib import Path
 
-import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from attnflow.cli import app
-from attnflow.io.cache_folder import CACHE_ENV, CacheFolderError, cache_folder, check_cache_folder
-from configs import small_toml
+from attnflow.numerics.program_cache import CacheFolderError, check_private_folder
+from attnflow.workflows.sweep import compilation_cache_environ
 
-OTHER_UID = 54321
+SRC = Path(__file__).resolve().parents[1] / "src" / "attnflow"
 
 
-def test_the_folder_is_the_variable_else_the_user_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "mine"))
-    assert cache_folder() == tmp_path / "mine"
-    monkeypatch.delenv(CACHE_ENV)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert cache_folder() == tmp_path / "xdg" / "attnflow" / "jax"
+def mode(path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
 
 
-def test_a_private_folder_of_the_user_passes_and_nothing_changes(tmp_path):
-    folder = tmp_path / "cache"
-    folder.mkdir(mode=0o700)
-    assert check_cache_folder(folder) == folder
-    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+def private_base(tmp_path: Path) -> Path:
+    base = tmp_path / "home"
+    base.mkdir(mode=0o700)
+    return base
 
 
-def test_a_folder_not_yet_made_passes_and_is_not_made(tmp_path):
-    assert check_cache_folder(tmp_path / "a" / "b") == tmp_path / "a" / "b"
-    assert not (tmp_path / "a").exists()
+def test_a_new_folder_is_made_private(tmp_path):
+    folder = check_private_folder(private_base(tmp_path) / "a" / "cache")
+    assert folder.is_dir() and mode(folder) == 0o700
 
 
-def test_a_folder_of_another_user_is_refused(tmp_path, monkeypatch):
-    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
-    tmp_path.chmod(0o700)
-    with pytest.raises(CacheFolderError) as info:
-        check_cache_folder(uid=OTHER_UID)  # the folder is this user's, not OTHER_UID's
-    uid = os.geteuid()
-    assert str(info.value) == (
-        f"cache: `{CACHE_ENV}` must be a folder you own (uid {OTHER_UID}); got {str(tmp_path)!r} (owned by "
-        f"uid {uid}). Set {CACHE_ENV} to a folder of your own (it is created with mode 0o700)."
-    )
-
-
-@pytest.mark.parametrize("mode", [0o770, 0o755, 0o707])
-def test_a_folder_others_may_read_or_write_is_refused(tmp_path, mode):
-    folder = tmp_path / "shared"
+def test_an_own_open_folder_is_closed(tmp_path):
+    folder = private_base(tmp_path) / "cache"
     folder.mkdir()
-    folder.chmod(mode)
+    folder.chmod(0o775)
+    check_private_folder(folder)
+    assert mode(folder) == 0o700
+
+
+def test_a_folder_above_that_others_can_write_is_refused(tmp_path):
+    shared = private_base(tmp_path) / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
     with pytest.raises(
-        CacheFolderError, match=rf"must be private \(mode 0o700.*\); got .* \(mode {mode:#o}\)"
+        CacheFolderError, match=rf"`{shared}` \(above the cache folder\) must be .* got uid \d+, mode 777"
     ):
-        check_cache_folder(folder)
+        check_private_folder(shared / "cache")
+    assert not (shared / "cache").exists()  # refused before anything is made
+    assert compilation_cache_environ(shared / "cache") == {}  # a sweep then shares no programs
 
 
-def test_a_file_is_refused(tmp_path):
-    file = tmp_path / "file"
-    file.write_text("x")
-    with pytest.raises(CacheFolderError, match=r"must be a folder; got .* \(not a folder\)"):
-        check_cache_folder(file)
-    with pytest.raises(CacheFolderError, match=r"must be a readable folder; got .* \(Not a directory\)"):
-        check_cache_folder(file / "below")
+def test_a_sticky_shared_folder_above_is_accepted(tmp_path):
+    sticky = private_base(tmp_path) / "tmp"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    assert mode(check_private_folder(sticky / "mine")) == 0o700
+    assert "JAX_COMPILATION_CACHE_DIR" in compilation_cache_environ(sticky / "mine")
 
 
-def test_a_folder_that_cannot_be_made_is_refused(tmp_path, monkeypatch):
-    monkeypatch.setattr(os, "access", lambda path, mode: False)  # as for a read-only parent
-    with pytest.raises(
-        CacheFolderError, match=rf"must be creatable; got .* \({str(tmp_path)!r} is not writable\)"
-    ):
-        check_cache_folder(tmp_path / "new")
+def test_a_link_is_refused(tmp_path):
+    base = private_base(tmp_path)
+    (base / "real").mkdir(mode=0o700)
+    (base / "link").symlink_to(base / "real")
+    with pytest.raises(CacheFolderError, match=r"must be a real folder \(no link or file\); got a link\."):
+        check_private_folder(base / "link")
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to another user needs root")
-@pytest.mark.parametrize("command", ["run", "reproduce", "realize"])
-def test_a_command_refuses_a_foreign_cache_folder_in_one_line_writing_nothing(tmp_path, monkeypatch, command):
-    foreign = tmp_path / "foreign"
-    foreign.mkdir(mode=0o700)
-    os.chown(foreign, OTHER_UID, -1)
-    monkeypatch.setenv(CACHE_ENV, str(foreign))
-    config, target, out = tmp_path / "c.toml", tmp_path / "t.npy", tmp_path / "out"
-    config.write_text(small_toml())
-    np.save(target, np.zeros(8))
-    args = {
-        "run": ["run", str(config)],
-        "reproduce": ["reproduce", "--only", "E0"],
-        "realize": ["realize", "--target", str(target), "--kind", "orbit"],
-    }[command]
-    result = CliRunner().invoke(app, [*args, "--out", str(out)])
-    assert result.exit_code == 2, result.output
-    lines = result.output.splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"error: cache: `{CACHE_ENV}` must be a folder you own")
-    assert not out.exists() and list(foreign.iterdir()) == []
+@pytest.mark.skipif(os.getuid() != 0, reason="giving a folder to another user needs root")
+def test_a_folder_of_another_user_is_refused(tmp_path):
+    folder = private_base(tmp_path) / "theirs"
+    folder.mkdir(mode=0o700)
+    os.chown(folder, 65534, 65534)
+    with pytest.raises(CacheFolderError, match=r"must be owned by this user \(uid 0\); got uid 65534"):
+        check_private_folder(folder)
+
+
+def test_nothing_in_the_library_unpickles():
+    """No file is unpickled anywhere in attnflow (the removed program store did)."""
+    offenders = [
+        str(path.relative_to(SRC))
+        for path in SRC.rglob("*.py")
+        if any(word in path.read_text() for word in ("pickle.load", "pickle.loads", "Unpickler"))
+    ]
+    assert offenders == []

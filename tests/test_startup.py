@@ -94,8 +94,8 @@ def test_building_a_run_compiles_nothing(sections, caplog):
 
 @pytest.fixture
 def no_stored_programs():
-    """No compilation cache folder, hence no stored programs (numerics.stored_programs), during the
-    test: an earlier test's stored program would be loaded, not compiled."""
+    """No compilation cache folder during the test: an earlier test's program would be loaded from
+    JAX's persistent cache, not compiled."""
     with compilation_cache_folder(None):
         yield
 

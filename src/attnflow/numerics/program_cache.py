@@ -13,9 +13,12 @@ a dataclass (a plain function) is its own structure: its program is reused only 
 function object.
 
 ``enable_persistent_cache()`` (the CLI commands call it) keeps compiled programs between processes
-too, in a private user cache folder (``ATTNFLOW_CACHE_DIR`` overrides it): JAX's persistent cache,
-and the programs of this cache stored by their key (:mod:`attnflow.numerics.stored_programs`), which
-a later process loads without tracing them.
+too: JAX's persistent cache, in a private user cache folder (``ATTNFLOW_CACHE_DIR`` overrides it).
+A compiled program read from disk runs as code, so the folder must be one no other user can write
+or swap (:func:`check_private_folder`: owned by the user, mode 0o700, and every folder above it
+owned by the user or root and writable by no one else unless sticky, like ``/tmp``); otherwise
+the cache is refused with a ``CacheFolderError``. (An earlier store of this module's own programs,
+unpickled from that folder, was removed: it checked a file by name and opened it by name again.)
 
 ``compiled(key, build, args)`` is the one cache of compiled programs in attnflow, bounded to
 ``MAX_PROGRAMS`` (least recently used first out); ``info()`` counts hits and misses (the tests
@@ -27,6 +30,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,11 +38,9 @@ from typing import Any
 
 import jax
 
-from attnflow.numerics import stored_programs
-
 MAX_PROGRAMS = 32
 _PROGRAMS: collections.OrderedDict = collections.OrderedDict()
-_COUNTS = {"hits": 0, "misses": 0, "loaded": 0}
+_COUNTS = {"hits": 0, "misses": 0}
 _SCALARS = (bool, int, float, complex, str, type(None))
 
 
@@ -118,7 +120,7 @@ def compiled(key, build: Callable[[], Callable], args: tuple):
         _COUNTS["hits"] += 1
         return _PROGRAMS[full_key], 0.0
     start = time.perf_counter()
-    executable = _stored_or_compiled(full_key, build, args)
+    executable = jax.jit(build()).lower(*args).compile()
     elapsed = time.perf_counter() - start
     _COUNTS["misses"] += 1
     _PROGRAMS[full_key] = executable
@@ -127,30 +129,15 @@ def compiled(key, build: Callable[[], Callable], args: tuple):
     return executable, elapsed
 
 
-def _stored_or_compiled(full_key, build: Callable[[], Callable], args: tuple):
-    """The program loaded from the on-disk store (:mod:`attnflow.numerics.stored_programs`), or
-    compiled (and stored, when a compilation cache folder is set and the key can be written out)."""
-    text = stored_programs.key_text(full_key)
-    path = None if text is None else stored_programs.path_for(text)
-    if path is None:
-        return jax.jit(build()).lower(*args).compile()
-    executable = stored_programs.load(path)
-    if executable is not None:
-        _COUNTS["loaded"] += 1
-        return executable
-    return stored_programs.compile_and_store(path, build, args)
-
-
 def info() -> dict[str, int]:
-    """``{"hits", "misses", "loaded", "size"}`` of the program cache in this process (``loaded``:
-    misses served from the on-disk store instead of compiled)."""
+    """``{"hits", "misses", "size"}`` of the program cache in this process."""
     return {**_COUNTS, "size": len(_PROGRAMS)}
 
 
 def clear() -> None:
     """Forget every compiled program (the counts too)."""
     _PROGRAMS.clear()
-    _COUNTS.update(hits=0, misses=0, loaded=0)
+    _COUNTS.update(hits=0, misses=0)
 
 
 CACHE_ENV = "ATTNFLOW_CACHE_DIR"
@@ -170,9 +157,59 @@ def enable_persistent_cache(folder: Path | None = None) -> Path:
     created private (mode 0o700): a later process of the same shapes loads its programs instead of
     compiling them. JAX writes each entry atomically, so processes may share the folder. Returns
     the folder."""
-    folder = persistent_cache_folder() if folder is None else Path(folder)
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    folder.chmod(0o700)
+    folder = check_private_folder(persistent_cache_folder() if folder is None else Path(folder))
     jax.config.update("jax_compilation_cache_dir", str(folder))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     return folder
+
+
+class CacheFolderError(ValueError):
+    """A compilation cache folder that another user could write or replace."""
+
+
+def check_private_folder(folder: Path, *, create: bool = True) -> Path:
+    """``folder``, created if missing with mode 0o700, after checking that no other user can write
+    it or swap it: it is a real folder (not a link) owned by this user with no group or other
+    permission bits, and every folder above it is owned by this user or root and is not writable by
+    group or others unless it has the sticky bit (``/tmp``: others cannot rename what is ours).
+    Raises :class:`CacheFolderError` naming the folder and what is wrong. ``create`` False: a missing
+    folder is left for its user to make (the folders above it are checked all the same)."""
+    folder = Path(folder).expanduser().absolute()
+    uid = os.getuid()
+    real = Path(os.path.realpath(folder))
+    for parent in (*reversed(folder.parents), *reversed(real.parents)):  # the path as named, and as it is
+        _check_above(parent, uid)
+    if not create and not os.path.lexists(folder):
+        return folder
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as error:
+        raise CacheFolderError(
+            f"cache: `{folder}` must be a folder this user can create; got {error.strerror}."
+        ) from None
+    info = os.lstat(folder)
+    kind = "link" if stat.S_ISLNK(info.st_mode) else "file"
+    if not stat.S_ISDIR(info.st_mode):
+        raise CacheFolderError(f"cache: `{folder}` must be a real folder (no link or file); got a {kind}.")
+    if info.st_uid != uid:
+        raise CacheFolderError(
+            f"cache: `{folder}` must be owned by this user (uid {uid}); got uid {info.st_uid}. "
+            f"Set {CACHE_ENV} to a folder of your own."
+        )
+    if info.st_mode & 0o077:
+        folder.chmod(0o700)  # ours: made private (a umask-002 user's folder)
+    return folder
+
+
+def _check_above(parent: Path, uid: int) -> None:
+    try:
+        info = os.stat(parent)
+    except FileNotFoundError:
+        return  # made below by mkdir, with our own mode
+    shared_write = info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX
+    if info.st_uid not in (uid, 0) or shared_write:
+        raise CacheFolderError(
+            f"cache: `{parent}` (above the cache folder) must be owned by this user or root and writable by "
+            f"no one else unless sticky; got uid {info.st_uid}, mode {stat.S_IMODE(info.st_mode):o}. "
+            f"Set {CACHE_ENV} to a folder under your home."
+        )

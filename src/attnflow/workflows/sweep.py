@@ -63,6 +63,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import re
 import shutil
@@ -120,7 +121,16 @@ WORKER_ENVIRON: dict[str, str] = {**SINGLE_THREAD_ENVIRON, "MALLOC_TRIM_THRESHOL
 
 def compilation_cache_environ(cache_dir: str | os.PathLike) -> dict[str, str]:
     """Environment that makes JAX keep every compiled program in ``cache_dir`` (on disk), so that
-    a worker process compiles each program once per sweep folder, not once per process."""
+    a worker process compiles each program once per sweep folder, not once per process; empty (each
+    worker compiles its own programs) where another user could write or swap that folder
+    (:func:`attnflow.numerics.program_cache.check_private_folder`): a cached program runs as code."""
+    from attnflow.numerics.program_cache import CacheFolderError, check_private_folder
+
+    try:
+        check_private_folder(Path(cache_dir), create=False)
+    except CacheFolderError as error:
+        logging.getLogger(__name__).warning("no shared compilation cache: %s", error)
+        return {}
     return {
         "JAX_COMPILATION_CACHE_DIR": str(cache_dir),
         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
