@@ -307,3 +307,11 @@ def test_the_lifetime_and_mean_field_figures_hold_their_layout(tmp_path, monkeyp
         write_lifetime_figure(tmp_path / "t.png", rows, LifetimeFits(beta=fit, barrier=fit, clusters=2))
         plot_laws(laws, distances, tmp_path / "m.png")
     _assert_clean(saved)
+
+
+def test_the_collapse_plot_of_a_million_tokens_holds_its_layout(tmp_path, monkeypatch):
+    ts = np.linspace(0.0, 10.0, T)
+    series = {**_series(ts), "n_eff": np.linspace(999_999, 1, T), "energy": 1e6 * (1.0 - np.exp(-ts))}
+    with capture_figures(monkeypatch) as saved:
+        plotting.write_run_figures(tmp_path, ts=ts, xs=_unit((T, 30, 3)), us=None, color=None, series=series)
+    _assert_clean(saved)

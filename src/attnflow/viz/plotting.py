@@ -360,16 +360,33 @@ def draw_series(
 # --------------------------------------------------------------------------- write_*
 
 
-def _new_figure(width: float, height: float) -> Figure:
-    """A figure of ``width × height`` inches with an Agg canvas, laid out by constrained layout (the
-    panels move so that their labels, titles and colour bars neither overlap nor leave the figure)."""
+def _new_figure(
+    width: float, height: float, *, margins: tuple[float, float, float, float] | None = None
+) -> Figure:
+    """A figure of ``width × height`` inches with an Agg canvas: with ``margins`` (left, right,
+    bottom, top; inches) its subplots leave that room, with no layout pass; without, constrained
+    layout places them (the panels move so that their labels, titles and colour bars neither
+    overlap nor leave the figure)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(width, height), layout="constrained")
-    fig.get_layout_engine().set(w_pad=0.04, h_pad=0.04, wspace=0.02, hspace=0.02)
+    if margins is not None:
+        fig = Figure(figsize=(width, height))
+        left, right, bottom, top = margins
+        fig.subplots_adjust(
+            left=left / width, right=1 - right / width, bottom=bottom / height, top=1 - top / height
+        )
+    else:
+        fig = Figure(figsize=(width, height), layout="constrained")
+        fig.get_layout_engine().set(w_pad=0.04, h_pad=0.04, wspace=0.02, hspace=0.02)
     FigureCanvasAgg(fig)
     return fig
+
+
+# A run's energy and collapse plots: linear axes with short tick labels (energies, cosines, counts),
+# so fixed margins in inches hold them (tests/test_figure_layout.py checks the boxes).
+_RUN_PLOT_MARGINS = (0.85, 0.2, 0.55, 0.35)
+_TWIN_PLOT_MARGINS = (0.85, 0.95, 0.55, 0.35)  # with the n_eff axis on the right
 
 
 # Explicit layout of a grid of state panels, in inches: each cell is a square panel under a
@@ -541,7 +558,7 @@ def write_run_figures(
     written.append(_save(grid.fig, out / "states.png", formats))
 
     if _has_data(series, "energy"):
-        fig = _new_figure(5.5, 3.6)
+        fig = _new_figure(5.5, 3.6, margins=_RUN_PLOT_MARGINS)
         ax = draw_series(fig.add_subplot(1, 1, 1), times, series["energy"], ylabel="energy E", label="E(t)")
         if energy_max is not None and math.isfinite(energy_max):
             ax.axhline(energy_max, color="0.3", linestyle="--", linewidth=1.0, label=E_MAX_LABEL)
@@ -552,7 +569,7 @@ def write_run_figures(
     cosines = [key for key in _COSINE_KEYS if _has_data(series, key)]
     has_n_eff = _has_data(series, _N_EFF_KEY)
     if cosines or has_n_eff:
-        fig = _new_figure(5.5, 3.6)
+        fig = _new_figure(5.5, 3.6, margins=_TWIN_PLOT_MARGINS if has_n_eff else _RUN_PLOT_MARGINS)
         ax = fig.add_subplot(1, 1, 1)
         for key in cosines:
             draw_series(ax, times, series[key], label=key, ylabel="mean cosine")
