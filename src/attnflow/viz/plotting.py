@@ -15,12 +15,15 @@ Two layers:
 Figures are built as :class:`matplotlib.figure.Figure` objects with an explicit Agg canvas
 (matplotlib is imported when the first one is made, not with this module): no pyplot, no global
 backend switch, nothing is displayed, and nothing stays registered after a ``write_*`` function
-returns. Figures are laid out by matplotlib's constrained layout, which measures every tick label,
-axis label, title and colour bar with the renderer and moves the panels so that none of them
-overlaps another panel or leaves the figure, whatever the number of panels, ``d`` and ``n`` (a test
-checks the bounding boxes); titles sit at a fixed height, grids of states get smaller panels than a
-run's own figure, and scatters are rasterised. Array names follow the rest of attnflow: ``x (n, d)``
-content positions, ``u (n, d)`` gauge frame, ``xs``/``us (T, n, d)`` snapshots, ``ts (T,)`` times.
+returns. Each figure is drawn once, by ``savefig``: grids of states, series panels and a run's
+energy and collapse plots are placed in inches, with room sized for their titles, tick labels,
+axis labels and colour bars (no layout pass); the figures whose text can be any length (one
+series plot, the orbit histogram) use matplotlib's constrained layout. Whatever the placement, no
+text overlaps another panel or leaves the figure, for any number of panels, ``d`` and ``n``
+(``tests/test_figure_layout.py`` checks the bounding boxes from the renderer). Grids of states get
+smaller panels than a run's own figure, and scatters are rasterised. Array names follow the rest
+of attnflow: ``x (n, d)`` content positions, ``u (n, d)`` gauge frame, ``xs``/``us (T, n, d)``
+snapshots, ``ts (T,)`` times.
 
 Colour: a scatter coloured by values (the label ``ξ``, a position, a prompt id) uses the one colour
 map of the label (:data:`attnflow.viz.colours.LABEL_CMAP`, also that of the movie and the viewer)
