@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import hashlib
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -67,11 +69,24 @@ def paper_steps(n: int, d: int, steps: int) -> dict:
         return y / jnp.linalg.norm(y, axis=1, keepdims=True), None
 
     run = jax.jit(lambda x: jax.lax.scan(step, x, None, length=steps)[0])
+    program = _without_debug_info(run.lower(x).compile().as_text())
     run(x).block_until_ready()
     start, c0 = time.perf_counter(), cpu_s()
     out = run(x).block_until_ready()
     wall, cpu = time.perf_counter() - start, cpu_s() - c0
-    return {"step_s": wall / steps, "cpu_step_s": cpu / steps, "checksum": float(jnp.sum(out))}
+    digest = hashlib.sha256(program.encode()).hexdigest()[:16]
+    return {
+        "step_s": wall / steps,
+        "cpu_step_s": cpu / steps,
+        "checksum": float(jnp.sum(out)),
+        "program": digest,
+    }
+
+
+def _without_debug_info(text: str) -> str:
+    """The optimised HLO without the source locations (file names and lines differ between trees)."""
+    text = re.sub(r", metadata=\{[^}]*\}", "", text)
+    return "\n".join(line for line in text.splitlines() if not re.match(r"^\d+ [\"{]", line))
 
 
 def child(tree: Path, n: int, d: int, steps: int) -> dict:
@@ -93,6 +108,7 @@ def measure_paper(base: Path, *, n: int, pairs: int) -> list[dict]:
             new.append(child(ROOT, n, d, steps))
         best_old = min(r["step_s"] for r in old)
         best_new = min(r["step_s"] for r in new)
+        cpu_old, cpu_new = min(r["cpu_step_s"] for r in old), min(r["cpu_step_s"] for r in new)
         rows.append(
             {
                 "n": n,
@@ -100,7 +116,9 @@ def measure_paper(base: Path, *, n: int, pairs: int) -> list[dict]:
                 "old_step_s": best_old,
                 "new_step_s": best_new,
                 "ratio_new_old": best_new / best_old,
+                "cpu_ratio_new_old": cpu_new / cpu_old,
                 "same_result": old[0]["checksum"] == new[0]["checksum"],
+                "same_program": old[0]["program"] == new[0]["program"],
             }
         )
     return rows
@@ -219,6 +237,65 @@ def xla_rates(jdtype) -> dict:
     return {"macs_per_s": macs_per_s, "exps_per_s": exps_per_s}
 
 
+# ----------------------------------------------------------------------------- the report
+# ruff: noqa: E501  (the report's table rows and sentences are kept whole)
+
+BEGIN, END = "<!-- heads: begin -->", "<!-- heads: end -->"
+
+
+def render(result: dict, results_md: Path) -> None:
+    """Replace (or append) this benchmark's section of ``RESULTS.md`` with ``result``'s numbers."""
+    load = lambda key: ", ".join(f"{v:.2f}" for v in result[key])  # noqa: E731
+    lines = [
+        BEGIN,
+        "## Attention heads and the paper's model around them (`python benchmarks/heads.py`)",
+        "",
+        f"Run of {result['date']} on {result['machine']}; load average (1, 5, 15 min) {load('load_before')} "
+        f"before, {load('load_after')} after (a shared machine: read the CPU-time ratios).",
+        "",
+    ]
+    if "paper" in result:
+        lines += [
+            "The paper's model, RK4 steps of the USA field (automatic block size, float64), the tree before "
+            "the heads (old) against this one (new), alternating child processes, best of each:",
+            "",
+            "| n | d | old s/step | new s/step | new/old (wall) | new/old (CPU) | same program | same result |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for r in result["paper"]:
+            lines.append(
+                f"| {r['n']} | {r['d']} | {r['old_step_s']:.4g} | {r['new_step_s']:.4g} | {r['ratio_new_old']:.3f} "
+                f"| {r.get('cpu_ratio_new_old', float('nan')):.3f} | {r.get('same_program', '—')} "
+                f"| {r['same_result']} |"
+            )
+        lines.append("")
+    if "heads" in result:
+        lines += [
+            "One field evaluation of H = 8 heads (d = 512, d_h = 64, RoPE, gaussian maps, plain values, usa) "
+            "against a NumPy reference of the same arithmetic in the same row blocks (one BLAS thread), and "
+            "against the limit of its work (multiply-adds and exponentials at the rates XLA reaches in this run):",
+            "",
+            "| dtype | n | block | attnflow wall s | attnflow CPU s | NumPy CPU s | speed-up per CPU-s "
+            "| limit s | limit / wall | max abs difference |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in result["heads"]:
+            lines.append(
+                f"| {r['dtype']} | {r['n']} | {r['block']} | {r['attnflow_wall_s']:.3g} | {r['attnflow_cpu_s']:.3g} "
+                f"| {r['numpy_cpu_s']:.3g} | {r['speedup_per_cpu_s']:.2f} | {r['limit_s']:.3g} "
+                f"| {r['fraction_of_limit']:.2f} | {r['max_abs_difference']:.2g} |"
+            )
+        lines.append("")
+    lines.append(END)
+    text = results_md.read_text()
+    block = "\n".join(lines)
+    if BEGIN in text:
+        text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END) :]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    results_md.write_text(text)
+
+
 # ----------------------------------------------------------------------------- the command
 
 
@@ -229,7 +306,11 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--section", choices=["all", "paper", "heads"], default="all")
+    parser.add_argument("--render", type=Path, help="write this run's section of benchmarks/RESULTS.md")
     args = parser.parse_args()
+    if args.render is not None:
+        render(json.loads(args.render.read_text()), ROOT / "benchmarks" / "RESULTS.md")
+        return
     n = 1024 if args.quick else 4096
     result = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
