@@ -22,7 +22,8 @@ from configs import small_config, toml_text
 BASE = small_config({"model": {"n": 8}, "solver": {"t_end": 0.5, "save_every": 0.25}})  # 10 steps of rk4
 
 KEYS = {
-    "model": ["n", "d", "beta", "time_scale", "profile", "normalization", "causal", "value", "noise"],
+    "model": ["n", "d", "beta", "time_scale", "profile", "normalization", "causal", "value", "noise",
+              "sources"],
     "aux": ["kind", "spacing", "n_prompts", "assignment", "seed", "path"],
     "gauge": ["kind", "frequencies", "base", "axes", "rates", "omega", "seed", "path"],
     "factor": ["kind", "slope", "omega", "path"],
@@ -30,6 +31,7 @@ KEYS = {
     "solver": ["method", "dt", "t_end", "save_every", "rtol", "atol", "dtype", "block_size", "interaction",
                "tolerance"],
     "storage": ["token_stride", "dtype", "snapshots"],
+    "attention": ["heads", "head_dim", "values", "weights", "scale", "seed", "alibi"],
 }  # fmt: skip
 
 VALUES = st.sampled_from(
