@@ -107,6 +107,8 @@ def test_defaults_match_spec():
             "value": "gradient",
             "noise": 0.0,
             "sources": 0,
+            "beta_scaling": "none",
+            "gamma": 1.0,
         },
         "aux": {
             "kind": "none",

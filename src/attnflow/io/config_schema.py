@@ -60,6 +60,10 @@ class ModelConfig(_Frozen):
     n: Int = Field(64, ge=2)
     d: Int = Field(3, ge=2)
     beta: PositiveFloat = 1.0
+    beta_scaling: Literal["none", "log_n"] = Field(
+        "none", description="'none' (beta as given) or 'log_n' (beta = gamma log n, the long-context regime)"
+    )
+    gamma: PositiveFloat = Field(1.0, description="beta = gamma log n with beta_scaling = 'log_n'")
     time_scale: Literal["plain", "rescaled"] = "plain"
     profile: Literal["exp", "linear"] = "exp"
     normalization: Literal["usa", "sa"] = "usa"

@@ -94,6 +94,12 @@ def _load_array(key: str, path, shape: tuple[int | None, ...] | None = None) -> 
     return array.astype(np.float64)
 
 
+def model_beta(config: Config) -> float:
+    """The β of the dynamics: ``model.beta``, or ``γ log n`` with ``model.beta_scaling = "log_n"``."""
+    model = config.model
+    return model.gamma * math.log(model.n) if model.beta_scaling == "log_n" else model.beta
+
+
 def make_labels(config: Config) -> np.ndarray:
     """Frozen auxiliary labels ``xi``: positions, prompt ids, or a file (``(n,)`` or ``(n, k)``)."""
     aux, n = config.aux, config.model.n
@@ -269,7 +275,7 @@ def memory_estimate(config: Config, *, streamed: bool = False) -> dict[str, int]
     try:
         rank = (
             expansion_rank(
-                d, model.beta, solver.tolerance, kind=model.profile, normalization=model.normalization
+                d, model_beta(config), solver.tolerance, kind=model.profile, normalization=model.normalization
             )
             if solver.interaction == "expansion"
             else None
@@ -349,7 +355,7 @@ def build(config: Config, *, memory_limit: int | None = None, streamed: bool = F
     dtype = jnp.float32 if config.solver.dtype == "float32" else jnp.float64
     model, solver = config.model, config.solver
     xi = make_labels(config)
-    profile = make_profile(model.profile, beta=model.beta, time_scale=model.time_scale, dtype=dtype)
+    profile = make_profile(model.profile, beta=model_beta(config), time_scale=model.time_scale, dtype=dtype)
     block_size = resolve_block_size(config)
     if config.attention is not None:
         return _build_heads(config, xi, profile, block_size, dtype)
@@ -422,7 +428,7 @@ def _build_heads(config: Config, xi: np.ndarray, profile, block_size, dtype) -> 
         key = "solver.interaction" if interaction == "expansion" else "attention"
         raise ConfigError(f"config: `{key}`: {error}") from error
     largest = max(np.prod(head_norms(head)) for head in heads)
-    _warn_step(solver, _profile_scale(profile) * float(np.exp(float(model.beta) * (largest - 1.0))))
+    _warn_step(solver, _profile_scale(profile) * float(np.exp(model_beta(config) * (largest - 1.0))))
     identity = gauges.IdentityGauge(n=n, d=d)
     return Simulation(
         kernel=Kernel(gauge=identity, factor=factors.NoFactor(n=n), profile=profile),

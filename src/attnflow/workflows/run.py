@@ -467,6 +467,7 @@ def _run_info(config, sim, writer, status, statistics: SolveStatistics | None, s
         "stored_tokens": len(range(config.model.n)[_stored_rows(config)]),
         "wall_time_s": time.perf_counter() - start,
         "time_scale": config.model.time_scale,
+        "beta": float(sim.kernel.profile.beta),  # the β that ran (gamma log n with beta_scaling 'log_n')
         "dtype": config.solver.dtype,
         "backend": jax.default_backend(),
         "block_size": sim.block_size,
