@@ -303,3 +303,24 @@ def test_head_errors_name_the_parameter():
         HeadsField((head,), make_profile(), normalization="sa")
     with pytest.raises(ValueError, match=r"`sources` must be below n = 8"):
         HeadsField((head,), make_profile(), sources=8)
+
+
+@pytest.mark.parametrize("normalization", ["usa", "sa"])
+def test_strict_mask_through_the_paper_expansion(normalization):
+    """The paper's expansion with a strict mask: within its tolerance of the exact strict sum, and the
+    first token's velocity exactly zero (it sees nothing)."""
+    n, d, tolerance = 300, 3, 1e-9
+    xi = np.arange(n, dtype=float) / n
+    kernel = Kernel(
+        gauges.make_rope(xi, d, np.array([2 * np.pi])),
+        factors.DistanceBias(xi=jnp.asarray(xi), slope=jnp.asarray(2.0)),
+        make_profile("exp", beta=1.0),
+    )
+    options = dict(causal="strict", normalization=normalization)
+    exact = dynamics.make_vector_field(kernel, **options)
+    approx = dynamics.make_vector_field(kernel, interaction="expansion", tolerance=tolerance, **options)
+    x = jnp.asarray(unit_tokens(9, n, d))
+    v_exact, v_approx = np.asarray(exact(x)), np.asarray(approx(x))
+    scale = np.e if normalization == "usa" else 1.0  # the field's scale: phi'(1) max|x| (usa), max|x| (sa)
+    assert np.max(np.abs(v_exact - v_approx)) <= 2 * tolerance * scale  # the sum's bound, through P_x
+    assert np.all(v_exact[0] == 0.0) and np.all(v_approx[0] == 0.0)
