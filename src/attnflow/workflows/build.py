@@ -377,17 +377,23 @@ def build(config: Config, *, memory_limit: int | None = None, streamed: bool = F
             raise
         raise ConfigError(f"config: `solver.interaction` = {solver.interaction!r}: {error}") from error
     _warn_step(solver, _profile_scale(profile))
+    return _simulation(config, kernel, field, xi, block_size, dtype)
+
+
+def _simulation(config: Config, kernel: Kernel, field, xi: np.ndarray, block_size, dtype) -> Simulation:
+    """The simulation of ``field``; the initial data are centred in ``kernel``'s gauge frame."""
+    solver = config.solver
     return Simulation(
         kernel=kernel,
         field=field,
-        x0=make_initial(config, gauge, dtype),
+        x0=make_initial(config, kernel.gauge, dtype),
         xi=xi,
         groups=xi.astype(int) if config.aux.kind == "prompts" else None,
         integrator=make_integrator(solver.method, rtol=solver.rtol, atol=solver.atol),
         dt=solver.dt,
         t_end=solver.t_end,
         save_every=solver.save_every,
-        noise=model.noise,
+        noise=config.model.noise,
         key=folded_key(config.init.seed, 1),  # the noise stream: fold_in(key(seed), 1)
         block_size=block_size,
         interaction=field.interaction,
@@ -429,20 +435,5 @@ def _build_heads(config: Config, xi: np.ndarray, profile, block_size, dtype) -> 
         raise ConfigError(f"config: `{key}`: {error}") from error
     largest = max(np.prod(head_norms(head)) for head in heads)
     _warn_step(solver, _profile_scale(profile) * float(np.exp(model_beta(config) * (largest - 1.0))))
-    identity = gauges.IdentityGauge(n=n, d=d)
-    return Simulation(
-        kernel=Kernel(gauge=identity, factor=factors.NoFactor(n=n), profile=profile),
-        field=field,
-        x0=make_initial(config, identity, dtype),
-        xi=xi,
-        groups=xi.astype(int) if config.aux.kind == "prompts" else None,
-        integrator=make_integrator(solver.method, rtol=solver.rtol, atol=solver.atol),
-        dt=solver.dt,
-        t_end=solver.t_end,
-        save_every=solver.save_every,
-        noise=model.noise,
-        key=folded_key(config.init.seed, 1),
-        block_size=block_size,
-        interaction=field.interaction,
-        rank=field.rank,
-    )
+    kernel = Kernel(gauge=gauges.IdentityGauge(n=n, d=d), factor=factors.NoFactor(n=n), profile=profile)
+    return _simulation(config, kernel, field, xi, block_size, dtype)
