@@ -460,6 +460,12 @@ _MANY = ",".join(str(0.5 + k / 1000) for k in range(1001))
          "1001)'."),
         (["sweep", "{config}", "--grid", "model.beta=" + "1," * 40_000 + "1"],
          "error: sweep: `--grid` must be at most 65536 characters; got '80012 characters'."),
+        (["animate", "{config}", "--fps", "100000000000000000000"],
+         "error: attnflow animate: Invalid value for '--fps': must be an integer in [1, 1000]; got "
+         "100000000000000000000."),
+        (["animate", "{config}", "--max-frames", "1"],
+         "error: attnflow animate: Invalid value for '--max-frames': must be an integer in [2, 100000]; "
+         "got 1."),
         (["sweep", "{config}", "--grid", "model.beta=1,2", "--workers", "0"],
          "error: attnflow sweep: Invalid value for '--workers': must be an integer in [1, 1024]; got 0."),
         (["run", "{config}", "--set", "model.n=" + "[" * 5000 + "]" * 5000],

@@ -11,7 +11,8 @@ read or written) and returns what the library's own parser then reads:
 - ``--grid KEY=V1,V2,...``: at most :data:`MAX_GRID_OPTIONS` options; with ``--yes``, a grid of at
   most :data:`MAX_CONFIRMED_POINTS` points (:func:`check_grid_size`);
 - every string at most :data:`MAX_CHARS` characters; counts (``--seeds``, ``--workers``,
-  ``--starts``) have an upper bound too (:func:`count_between`, a typer callback).
+  ``--starts``, ``animate``'s ``--fps``, ``--max-tokens``, ``--max-frames``) have an upper bound
+  too (:func:`count_between`, a typer callback).
 """
 
 from __future__ import annotations
@@ -27,8 +28,11 @@ __all__ = [
     "MAX_CHARS",
     "MAX_CONFIRMED_POINTS",
     "MAX_CONTINUATION_POINTS",
+    "MAX_FPS",
+    "MAX_FRAMES",
     "MAX_GRID_OPTIONS",
     "MAX_SEEDS",
+    "MAX_SHOWN_TOKENS",
     "MAX_STARTS",
     "MAX_TOKENS",
     "MAX_WORKERS",
@@ -47,6 +51,9 @@ MAX_WORKERS = 1024  # --workers: processes on one machine
 MAX_STARTS = 10_000  # landscape --starts: each a Newton solve
 MAX_CONTINUATION_POINTS = 10_000  # landscape --continue: each point a Newton solve per state
 MAX_GRID_OPTIONS = 32  # --grid options (axes) of one sweep
+MAX_FPS = 1000  # animate --fps
+MAX_SHOWN_TOKENS = 10**6  # animate --max-tokens: points a browser or a GIF frame can draw
+MAX_FRAMES = 10**5  # animate --max-frames
 MAX_CONFIRMED_POINTS = 10**6  # a --yes grid: planning validates every point (~ms each)
 
 

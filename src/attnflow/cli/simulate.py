@@ -20,6 +20,7 @@ from attnflow.cli.app import (
     exit_unless_ok,
     user_errors,
 )
+from attnflow.cli.arguments import MAX_FPS, MAX_FRAMES, MAX_SHOWN_TOKENS, count_between
 from attnflow.cli.console import print_summary, say, stdout
 from attnflow.cli.progress import progress_report, snapshot_stages
 from attnflow.io.cache_folder import check_cache_folder
@@ -131,10 +132,25 @@ def animate(
     viewer_only: Annotated[
         bool, typer.Option("--viewer-only", metavar="", help="Write only viewer.html.")
     ] = False,
-    fps: Annotated[int, typer.Option(metavar="N", help="Frames per second of the animation.")] = 12,
-    max_tokens: Annotated[int, typer.Option(metavar="N", help="Tokens shown (an even subsample).")] = 1000,
+    fps: Annotated[
+        int,
+        typer.Option(
+            callback=count_between(1, MAX_FPS), metavar="N", help="Frames per second of the animation."
+        ),
+    ] = 12,
+    max_tokens: Annotated[
+        int,
+        typer.Option(
+            callback=count_between(1, MAX_SHOWN_TOKENS), metavar="N", help="Tokens shown (an even subsample)."
+        ),
+    ] = 1000,
     max_frames: Annotated[
-        int, typer.Option(metavar="N", help="Snapshots shown (an even subsample, ends included).")
+        int,
+        typer.Option(
+            callback=count_between(2, MAX_FRAMES),
+            metavar="N",
+            help="Snapshots shown (an even subsample, ends included).",
+        ),
     ] = 100,
 ) -> None:
     """Animate a run: viewer.html (rotatable 3-D view with a time slider, offline) and a GIF/MP4 of
