@@ -134,7 +134,7 @@ class AttentionConfig(_Frozen):
     """Attention heads with query, key, value and output maps (absent: the paper's single head
     with identity maps)."""
 
-    heads: Int = Field(1, ge=1, le=1024)
+    heads: Int = Field(1, ge=1, le=1024, description="the number of heads H, their outputs added")
     head_dim: Int | None = Field(None, ge=1, le=65536, description="d_h; null: model.d")
     values: Literal["plain", "rotated"] = Field(
         "rotated", description="'plain' (a RoPE layer: out = W_O sum a W_V x) or 'rotated' (the paper's)"
