@@ -132,10 +132,10 @@ def test_bound_metric_tolerance_none_and_skipped_jobs():
 
 def test_bad_only_is_one_line_exit_2_and_writes_nothing(tmp_path):
     out = tmp_path / "rep"
-    result = invoke("reproduce", "--only", "E1,E11", "--out", str(out))
+    result = invoke("reproduce", "--only", "E1,E14", "--out", str(out))
     assert result.exit_code == 2
     assert "`--only` must be a comma-separated list of experiment ids" in result.output
-    assert "Did you mean 'E1'?" in result.output
+    assert "Did you mean 'E4'?" in result.output  # the closest packaged id (E0-E13)
     assert not out.exists()
 
 
