@@ -6,7 +6,7 @@ see them. Options:
 
 - ``normalization``: "usa" (``1/n``) or "sa" (softmax rows).
 - ``causal``: token ``i`` sees ``j ≤ i`` only (True) or ``j < i`` only ("strict"), in token
-  order; not a gradient flow. The strict mask runs on the general sum (``qkv_sum``).
+  order; not a gradient flow. ``attention_sum`` runs the strict mask on the general sum.
 - ``sources``: the first ``sources`` tokens are attended to and never move (a held prefix).
 - ``value``: "gradient" (value ``Q(ξ_i)ᵀQ(ξ_j)``: the gradient flow of the energy) or
   "logits_only" (the rotation only inside the logits, value ``x_j``; not a gradient flow).
@@ -34,7 +34,7 @@ from attnflow.core.kernel import Kernel
 from attnflow.core.sphere import project
 from attnflow.numerics import expansion
 from attnflow.numerics.heads_field import hold_sources
-from attnflow.numerics.summation import MASKS, attention_sum, energy, qkv_sum
+from attnflow.numerics.summation import MASKS, attention_sum, energy
 
 VALUES = ("gradient", "logits_only")
 PATHS = ("exact", "expansion")  # what runs; "auto" chooses one of them in make_vector_field
@@ -110,9 +110,6 @@ class AttentionField:
         options = dict(normalization=self.normalization, causal=self.causal)
         if self.interaction == "expansion":
             return expansion.expansion_sum(self.kernel, u, values, tolerance=self.tolerance, **options)
-        if self.causal == "strict":  # the symmetric tiles assume j <= i: the general sum
-            kernel = self.kernel
-            return qkv_sum(kernel.factor, kernel.profile, u, u, values, block_size=self.block_size, **options)
         return attention_sum(self.kernel, u, values, block_size=self.block_size, **options)
 
     def __call__(self, x: jax.Array) -> jax.Array:

@@ -202,6 +202,9 @@ def attention_sum(
     """
     if normalization not in NORMALIZATIONS:
         raise ValueError(f"kernel: `normalization` must be one of {NORMALIZATIONS}; got {normalization!r}.")
+    if causal == "strict":  # the symmetric tiles hold j <= i: the general sum
+        options = dict(normalization=normalization, causal=causal, block_size=block_size)
+        return qkv_sum(kernel.factor, kernel.profile, u, u, values, **options)
     n, dv = values.shape
     sa = normalization == "sa"
     padded = _padded_values(values.astype(u.dtype), ones=sa)
