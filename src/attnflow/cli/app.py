@@ -187,12 +187,6 @@ def one_line_warning(message, category, filename, lineno, file=None, line=None) 
     say(f"warning: {message}")
 
 
-def positive(value: float) -> float:
-    if not value > 0:
-        raise typer.BadParameter(f"must be > 0; got {value!r}.")
-    return value
-
-
 def exit_unless_ok(status: str, folder: Path) -> None:
     """Exit with ``EXIT_UNFINISHED`` and one line when a run ended with a status other than "ok"."""
     status = getattr(status, "value", status)  # a numerics Status or its name

@@ -31,6 +31,7 @@ __all__ = [
     "MAX_FPS",
     "MAX_FRAMES",
     "MAX_GRID_OPTIONS",
+    "MAX_REALIZE_T_END",
     "MAX_SEEDS",
     "MAX_SHOWN_TOKENS",
     "MAX_STARTS",
@@ -41,6 +42,7 @@ __all__ = [
     "count_between",
     "grid_texts",
     "only_text",
+    "positive_at_most",
     "sizes_text",
 ]
 
@@ -51,6 +53,7 @@ MAX_WORKERS = 1024  # --workers: processes on one machine
 MAX_STARTS = 10_000  # landscape --starts: each a Newton solve
 MAX_CONTINUATION_POINTS = 10_000  # landscape --continue: each point a Newton solve per state
 MAX_GRID_OPTIONS = 32  # --grid options (axes) of one sweep
+MAX_REALIZE_T_END = 1e6  # realize --t-end: at most 1e8 steps of its dt = 0.01, a run's step bound
 MAX_FPS = 1000  # animate --fps
 MAX_SHOWN_TOKENS = 10**6  # animate --max-tokens: points a browser or a GIF frame can draw
 MAX_FRAMES = 10**5  # animate --max-frames
@@ -147,6 +150,17 @@ def count_between(low: int, high: int) -> Callable[[int | None], int | None]:
     def check(value: int | None) -> int | None:
         if value is not None and not low <= value <= high:
             raise typer.BadParameter(f"must be an integer in [{low}, {high}]; got {value!r}.")
+        return value
+
+    return check
+
+
+def positive_at_most(high: float, why: str) -> Callable[[float], float]:
+    """A typer callback: a number in ``(0, high]`` (``why``: what the bound stands for)."""
+
+    def check(value: float) -> float:
+        if not 0 < value <= high:
+            raise typer.BadParameter(f"must be > 0 and <= {high:g} ({why}); got {value!r}.")
         return value
 
     return check

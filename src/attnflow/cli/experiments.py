@@ -17,10 +17,18 @@ from attnflow.cli.app import (
     app,
     disk_failures,
     exit_unless_ok,
-    positive,
     user_errors,
 )
-from attnflow.cli.arguments import MAX_SEEDS, MAX_WORKERS, count_between, only_text, sizes_text
+from attnflow.cli.arguments import (
+    MAX_REALIZE_T_END,
+    MAX_SEEDS,
+    MAX_TOKENS,
+    MAX_WORKERS,
+    count_between,
+    only_text,
+    positive_at_most,
+    sizes_text,
+)
 from attnflow.cli.console import print_summary, say, stdout
 from attnflow.cli.progress import job_stages, progress_report
 from attnflow.io.arrays import ArrayFileError, check_array_file
@@ -137,7 +145,12 @@ def realize(
         ),
     ],
     n: Annotated[
-        int | None, typer.Option(metavar="N", help="Tokens (orbit: default the sample count).")
+        int | None,
+        typer.Option(
+            callback=count_between(2, MAX_TOKENS),
+            metavar="N",
+            help="Tokens (orbit: default the sample count).",
+        ),
     ] = None,
     out: Annotated[
         Path | None, typer.Option(metavar="DIR", help="Run folder (default runs/realize-<kind>-<name>).")
@@ -146,7 +159,12 @@ def realize(
         int, typer.Option(min=0, max=SEED_MAX, metavar="SEED", help="Seed of the initial data.")
     ] = 0,
     t_end: Annotated[
-        float, typer.Option(callback=positive, metavar="TAU", help="Final time τ (> 0).")
+        float,
+        typer.Option(
+            callback=positive_at_most(MAX_REALIZE_T_END, "at most 1e8 steps of dt = 0.01"),
+            metavar="TAU",
+            help="Final time τ (> 0).",
+        ),
     ] = 40.0,
     mode: Annotated[
         str,
