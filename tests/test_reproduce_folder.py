@@ -270,7 +270,7 @@ def test_ctrl_c_while_the_report_is_written_leaves_no_half_report(tmp_path, monk
 
     out = tmp_path / "rep"
 
-    def half(out_dir, outcome):
+    def half(out_dir, outcome, *, clock=None):  # report.write_report's signature
         (out_dir / "figures").mkdir()
         (out_dir / "figures" / "comparison.png").write_bytes(b"half")
         (out_dir / "results.json").write_text("{}")
