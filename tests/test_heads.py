@@ -324,3 +324,23 @@ def test_strict_mask_through_the_paper_expansion(normalization):
     scale = np.e if normalization == "usa" else 1.0  # the field's scale: phi'(1) max|x| (usa), max|x| (sa)
     assert np.max(np.abs(v_exact - v_approx)) <= 2 * tolerance * scale  # the sum's bound, through P_x
     assert np.all(v_exact[0] == 0.0) and np.all(v_approx[0] == 0.0)
+
+
+def test_a_layer_of_other_maps_reuses_the_compiled_program():
+    """The heads' arrays are arguments of the compiled time loop: other weights of the same shapes
+    compile nothing, and still give their own trajectory."""
+    from attnflow.numerics import program_cache
+
+    n, d = 12, 3
+    profile = make_profile("exp", beta=1.0)
+    x0 = jnp.asarray(unit_tokens(10, n, d))
+    finals = []
+    for seed in (0, 1):
+        heads, _ = make_case(heads=2, d=d, head_dim=2, values="plain", factor="distance_bias", n=n, seed=seed)
+        field = HeadsField(heads, profile, causal="strict")
+        before = program_cache.info()["misses"]
+        traj = solve.solve(field, x0, integrator=integrators.RK4(), dt=0.05, t_end=0.5, save_every=0.5)
+        finals.append(np.asarray(traj.xs[-1]))
+        misses = program_cache.info()["misses"] - before
+    assert misses == 0  # the second layer: no new program
+    assert np.max(np.abs(finals[0] - finals[1])) > 1e-6  # and its own numbers

@@ -80,7 +80,12 @@ class HeadsField:
         if self.interaction == "expansion":
             _ = self.rank
 
-    numbers_traceable = False  # a field of heads is its own program structure (compared by identity)
+    @property
+    def numbers_traceable(self) -> bool:
+        """Whether the heads' arrays may become program arguments (``program_cache``): a layer of
+        other maps, gauges' angles or slopes then reuses the program. Not for the expansion, whose
+        degree is chosen from the maps' norms when the field is made."""
+        return self.interaction == "exact"
 
     @property
     def d(self) -> int:
