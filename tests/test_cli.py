@@ -305,7 +305,7 @@ def test_an_out_that_cannot_be_a_folder_exits_2_before_anything_runs(config_file
 @pytest.mark.parametrize(
     ("option", "value"),
     [("--seed", "-1"), ("--seed", str(2**64)), ("--t-end", "0"), ("--t-end", "-3"), ("--t-end", "1e300"),
-     ("--n", "1"), ("--n", "99999999999999999999")],
+     ("--n", "99999999999999999999")],
 )  # fmt: skip
 def test_realize_options_are_checked_before_anything_is_written(tmp_path, option, value):
     target = tmp_path / "target.npy"

@@ -25,6 +25,7 @@ from typing import Any
 import typer
 
 __all__ = [
+    "at_most",
     "MAX_CHARS",
     "MAX_CONFIRMED_POINTS",
     "MAX_CONTINUATION_POINTS",
@@ -150,6 +151,17 @@ def count_between(low: int, high: int) -> Callable[[int | None], int | None]:
     def check(value: int | None) -> int | None:
         if value is not None and not low <= value <= high:
             raise typer.BadParameter(f"must be an integer in [{low}, {high}]; got {value!r}.")
+        return value
+
+    return check
+
+
+def at_most(high: int) -> Callable[[int | None], int | None]:
+    """A typer callback: ``None`` or an integer of at most ``high`` (the lower bound is the library's)."""
+
+    def check(value: int | None) -> int | None:
+        if value is not None and value > high:
+            raise typer.BadParameter(f"must be an integer <= {high}; got {value!r}.")
         return value
 
     return check

@@ -24,6 +24,7 @@ from attnflow.cli.arguments import (
     MAX_SEEDS,
     MAX_TOKENS,
     MAX_WORKERS,
+    at_most,
     count_between,
     only_text,
     positive_at_most,
@@ -147,7 +148,7 @@ def realize(
     n: Annotated[
         int | None,
         typer.Option(
-            callback=count_between(2, MAX_TOKENS),
+            callback=at_most(MAX_TOKENS),
             metavar="N",
             help="Tokens (orbit: default the sample count).",
         ),
