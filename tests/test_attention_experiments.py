@@ -159,3 +159,38 @@ def test_layer_values_measure_the_first_token_and_the_logit_axis():
     assert values["first_token_displacement"] == pytest.approx(2.0**0.5)
     assert values["qk_axis_alignment"] == 0.0  # e_1 is orthogonal to the axis e_3
     assert values["gradient_flow"] is True  # usa, no mask, identity maps (sources keep it one)
+
+
+def test_a_layer_is_never_measured_from_the_paper_field_in_its_place():
+    """Dense jobs have their kernel tabulated and their field rebuilt from it by reproduce (the
+    paper's field): a layer solved that way is an error, never rows measured on the wrong field;
+    a layer solved as built passes."""
+    experiment = experiment_files.load_experiments(["E11"])[0]
+    jobs = [j for j in reproduce.plan([experiment], quick=True, overrides=["solver.block_size=4096"])
+            if j.variant.name == "gradient"]  # fmt: skip
+    (result,) = reproduce.run_jobs(jobs, lambda units, stage=None: None)
+    if result.status == "error":
+        assert "solved as built" in result.reason and "solver.block_size" in result.reason
+    else:  # reproduce solves layers as built: then the rows hold
+        rows = experiment_files.evaluate(experiment, [result])
+        assert result.status == "ok" and all(r["status"] == "PASS" for r in rows)
+
+
+def test_random_qk_maps_are_random_logits_with_identity_values():
+    from attnflow.core.heads import MAKERS, random_qk_maps
+    from attnflow.io.config_rules import WEIGHT_MAKERS
+
+    assert "random_qk" in WEIGHT_MAKERS and MAKERS["random_qk"] is random_qk_maps
+    maps = random_qk_maps(3, 2, 4, 6, scale=2.0)
+    assert {k: v.shape for k, v in maps.items()} == {
+        "query": (2, 4, 6), "key": (2, 4, 6), "value": (2, 4, 6), "output": (2, 6, 4)
+    }  # fmt: skip
+    assert (maps["value"] == jnp.eye(4, 6)).all() and (maps["output"] == jnp.eye(6, 4)).all()
+    assert not jnp.allclose(maps["query"], maps["key"])  # independent draws
+    again = random_qk_maps(3, 2, 4, 6, scale=2.0)
+    assert all((again[k] == maps[k]).all() for k in maps)  # seeded
+    # entries N(0, scale^2 / d): 96 entries, the sample std within 25% (a 3-sigma band is ~22%)
+    std = float(jnp.std(jnp.concatenate([maps["query"].ravel(), maps["key"].ravel()])))
+    assert abs(std - 2.0 / 6**0.5) < 0.25 * 2.0 / 6**0.5
+    field = build_module.build(_config("E10", "random", 8)).field
+    assert not field.gradient_flow and (field.heads[0].value == jnp.eye(3)).all()

@@ -237,6 +237,13 @@ def measure(
     ``sim.field.energy``, no ``e_max``, and the first head's gauge as the gauge frame (where it
     acts in dimension ``d``)."""
     heads = hasattr(sim.field, "heads")
+    if tables is not None and tables is not sim.kernel and (heads or sim.field.sources > 0):
+        # the snapshots came from a field rebuilt from the tabulated kernel: the paper's field, which
+        # has neither the heads nor (as rebuilt by reproduce) the held sources
+        raise ValueError(
+            "reproduce: a layer of heads or held sources must be solved as built, not from a tabulated "
+            "kernel; got a tabulated kernel (set `solver.block_size` below `model.n` in the experiment)."
+        )
     kernel = sim.kernel if tables is None else tables
     if heads:
         q = _layer_gauge(sim.field)
