@@ -210,6 +210,65 @@ def _one_label_first_colour(mappable: Any, values: np.ndarray) -> None:
         mappable.set_clim(float(finite[0]), float(finite[0]) + 1.0)
 
 
+# The view of a sphere drawn flat (:func:`_draw_sphere_flat`): from azimuth -60°, elevation 20°.
+_AZIM, _ELEV = np.deg2rad(-60.0), np.deg2rad(20.0)
+_TOWARD = np.array([np.cos(_ELEV) * np.cos(_AZIM), np.cos(_ELEV) * np.sin(_AZIM), np.sin(_ELEV)])
+_SCREEN = np.array(
+    [
+        [-np.sin(_AZIM), np.cos(_AZIM), 0.0],
+        [-np.sin(_ELEV) * np.cos(_AZIM), -np.sin(_ELEV) * np.sin(_AZIM), np.cos(_ELEV)],
+    ]
+)
+
+
+def _draw_sphere_flat(ax: Axes, pts: np.ndarray, *, color: Any, cmap: str, title: str | None) -> Axes:
+    """Points of ``S^2`` on a 2-D Axes, as :func:`draw_sphere` shows them on a 3-D one: an
+    orthographic view of the sphere (its outline, a faint wireframe of meridians and parallels),
+    the near side drawn over the far side, the far side faded. A 2-D Axes costs a fraction of a
+    3-D one to make and draw: the grids of states of the reports and runs use it."""
+    values = _colour(color, pts.shape[0], "draw_state")
+    angle = np.linspace(0.0, 2.0 * np.pi, 97)
+    lines = []
+    for lon in np.linspace(0.0, np.pi, 7)[:-1]:  # meridians
+        lines.append(
+            np.stack([np.cos(angle) * np.cos(lon), np.cos(angle) * np.sin(lon), np.sin(angle)], axis=1)
+        )
+    for lat in np.linspace(-np.pi / 2, np.pi / 2, 7)[1:-1]:  # parallels
+        lines.append(
+            np.stack(
+                [np.cos(lat) * np.cos(angle), np.cos(lat) * np.sin(angle), np.full_like(angle, np.sin(lat))],
+                axis=1,
+            )
+        )
+    from matplotlib.collections import LineCollection
+
+    segments = np.concatenate([np.stack([line[:-1], line[1:]], axis=1) for line in lines])  # (m, 2, 3)
+    near = segments.mean(axis=1) @ _TOWARD >= 0
+    flat = segments @ _SCREEN.T  # (m, 2, 2)
+    outline = np.stack([np.cos(angle), np.sin(angle)], axis=1)
+    for part, alpha, width in ((flat[~near], 0.2, 0.3), (flat[near], 0.5, 0.3), ([outline], 0.6, 0.5)):
+        # one artist per kind of line: far side, near side, outline (a few cheap draws per panel)
+        wires = ax.add_collection(LineCollection(part, colors="0.6", linewidths=width, alpha=alpha))
+        wires.set_in_layout(False)
+    depth = pts @ _TOWARD
+    order = np.argsort(depth, kind="stable")  # far side first: the near side is drawn over it
+    xy, near = (pts @ _SCREEN.T)[order], depth[order] >= 0
+    style = {"s": np.where(near, _MARKER_SIZE, 0.6 * _MARKER_SIZE), "alpha": np.where(near, 1.0, 0.35)}
+    if values is None:
+        dots = ax.scatter(xy[:, 0], xy[:, 1], color="C0", rasterized=True, **style)
+    else:
+        dots = ax.scatter(xy[:, 0], xy[:, 1], c=values[order], cmap=cmap, rasterized=True, **style)
+        _one_label_first_colour(dots, values)
+    dots.set_in_layout(False)
+    ax.set_xlim(-1.05, 1.05)
+    ax.set_ylim(-1.05, 1.05)
+    ax.set_aspect("equal")
+    ax.set_axis_off()
+    if title is not None:
+        ax.set_title(title, fontsize=10, y=1.0)
+    return ax
+
+
 def _colour_bar(ax: Axes, mappable: Any, label: str | None, *, cax: Axes | None = None) -> None:
     """A slim colour bar named ``label`` beside ``ax``, or in ``cax`` (none when ``label`` is None)."""
     if label is None:
@@ -428,8 +487,12 @@ class _StateGrid:
         left, bottom = float(self.lefts[col]), (self.nrows - 1 - row) * self.cell_h
         pts = _points(x, "draw_state")
         if pts.shape[1] == 3:
-            ax = self.fig.add_axes(self._rect(left, bottom, self.panel, self.panel), projection="3d")
-            draw_sphere(ax, pts, color=color, title=title)
+            inset = 0.08 * self.panel  # the sphere's outline a little inside its cell, as in 3-D
+            side = self.panel - 2 * inset
+            ax = self.fig.add_axes(self._rect(left + inset, bottom + inset, side, side))
+            _draw_sphere_flat(ax, pts, color=color, cmap=LABEL_CMAP, title=None)
+            if title is not None:  # at the top of the cell, where a 3-D panel's title sits
+                ax.set_title(title, fontsize=10, y=1.0 + inset / side)
         else:
             side = self.panel - _LABEL_ROOM
             ax = self.fig.add_axes(self._rect(left + _LABEL_ROOM, bottom + _LABEL_ROOM, side, side))

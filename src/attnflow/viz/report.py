@@ -12,8 +12,8 @@
   collapse, latitude circle, wavy curve, clusters, great circle at a glance),
   ``mean_cosine.png`` and ``energy.png`` (one panel per experiment, each to its own horizon,
   distinct colours; the energy as the relative gap ``(E_max − E)/E_max`` on a log axis where the
-  closed-form maximum ``E_max`` is known), ``comparison.png`` (every experiment's panels of
-  ``E*.png`` in one grid; a file for papers, linked from the report, not embedded),
+  closed-form maximum ``E_max`` is known), ``comparison.png`` (the ``E*.png`` stacked in one
+  file, not drawn again; linked from the report, not embedded),
   ``metastability.png`` (E6: clusters in the gauge frame over time, energy against the rescaled
   time ``t e^β``), ``realisation_orbit.png`` / ``realisation_sphere.png`` (E7 / E8);
 - ``report.md`` (figures linked) and ``report.html`` (the same content, self-contained: figures
@@ -201,6 +201,25 @@ def _final_states(path: Path, jobs: list[JobResult], outcome: Outcome) -> Path |
     return plotting.write_comparison_figure(path, panels, ncols=min(len(panels), 7)) if panels else None
 
 
+def _stacked(path: Path, parts: list[Path]) -> Path:
+    """The PNGs ``parts`` one under the other on white, left-aligned, saved as the PNG ``path``
+    (the vector copies of each part, when asked for, are beside the parts)."""
+    from PIL import Image
+
+    images = []
+    for part in parts:
+        with Image.open(part) as image:
+            images.append(image.convert("RGB"))
+    stack = Image.new("RGB", (max(i.width for i in images), sum(i.height for i in images)), "white")
+    top = 0
+    for image in images:
+        stack.paste(image, (0, top))
+        top += image.height
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stack.save(path, format="PNG", optimize=False)
+    return path
+
+
 def _energy_max(job: JobResult) -> float | None:
     e_max = job.values[0].get(time_label(None), {}).get("energy_max") if job.values else None
     return float(e_max) if isinstance(e_max, int | float) and e_max > 0 else None
@@ -281,11 +300,13 @@ def write_figures(out_dir: Path, outcome: Outcome) -> dict[str, list[Path]]:
             _series_panels(folder / "mean_cosine.png", outcome, jobs, "mean_cosine"),
             _series_panels(folder / "energy.png", outcome, jobs, "energy"),
         ],
-        "files": [_experiment_states(folder / "comparison.png", outcome, jobs)],
     }
     for experiment in outcome.experiments:
         mine = [j for j in jobs if j.experiment == experiment.id]
         figures[experiment.id] = [_experiment_states(folder / f"{experiment.id}.png", outcome, mine)]
+    # every experiment's panels in one file: their figures stacked, not drawn a second time
+    parts = [paths[0] for e in outcome.experiments if (paths := figures[e.id]) and paths[0] is not None]
+    figures["files"] = [_stacked(folder / "comparison.png", parts) if parts else None]
     meta = _metastability(folder / "metastability.png", outcome)
     if meta is not None:
         experiment_id = next(j.experiment for j in outcome.jobs if "gauge_n_clusters" in j.figure.seed_series)
