@@ -7,7 +7,8 @@ Two layers:
   faint wireframe sphere), :func:`draw_projection` (points of ``S^{d-1}``, ``d != 3``, projected
   onto their two leading principal directions), :func:`draw_state` (picks one of the two by
   ``d``) and :func:`draw_series` (a line over time).
-- ``write_*`` functions assemble those panels into a figure and save it as a PNG:
+- ``write_*`` functions assemble such panels into a figure and save it as a PNG (their spheres
+  drawn flat, an orthographic view on a 2-D Axes, which costs a fraction of a 3-D Axes):
   :func:`write_run_figures` (the ``figures/`` folder of a run),
   :func:`write_comparison_figure`, :func:`write_series_figure` and :func:`write_target_figure`
   (the reproduce and realise reports).
