@@ -40,4 +40,16 @@ WHY: dict[str, str] = {
     "E9": "The contrast. With the rotation only inside the logits (`value = logits_only`, as in a RoPE "
     "layer with V = I) the flow is no longer a gradient flow and the tokens do collapse. It shows that "
     "anti-collapse comes from the gauge acting on the values too.",
+    "E10": "Causal attention collapses to its first token: the first token sees only itself and never "
+    "moves, so every other token ends at its point, whatever the query and key maps. It checks the "
+    "causal mask by its known limit (a leak through the mask would move the first token).",
+    "E11": "Maps decide where a layer settles. With shared maps and rotated values the layer is a "
+    "gradient flow whose energy never decreases and whose tokens end at the top eigenvector of W^T W; "
+    "with independent Gaussian maps it is not, and the energy is seen to decrease: the monotone energy "
+    "of E0-E9 is a property of the gradient case, not of attention.",
+    "E12": "A held source is an attractor: tokens that attend to a fixed token gather and drift onto "
+    "it, slowly (the source weighs 1/n). It checks that held sources stay put and pull the others.",
+    "E13": "E1's orbit inside a layer of heads: with identity maps and rotated values a head is E1's "
+    "field, so the gauge frame collapses and the content lies on the RoPE orbit. It ties the layer "
+    "code to the model of E0-E9; with plain values (a RoPE layer) the orbit is not kept.",
 }
