@@ -4,8 +4,9 @@ ignores the part it tests (the quick settings, in this process).
 A mutant is a :class:`~attnflow.numerics.heads_field.HeadsField` whose dynamics (``field(x)``) drop
 one part of the layer, while its energy and its ``gradient_flow`` flag stay those of the layer as
 configured: the experiments must notice the wrong motion itself, not a flag. It replaces the field
-class that ``build`` constructs, so every job really runs it (a field of heads is compiled per
-object: no program compiled for the right field can stand in for it).
+class that ``build`` constructs, so every job really runs it; the field's class is part of its
+program's key (:func:`attnflow.numerics.program_cache.split_field`), so no program compiled for the
+real layer can stand in for it.
 """
 
 import dataclasses
@@ -13,6 +14,7 @@ import dataclasses
 import jax.numpy as jnp
 import pytest
 
+from attnflow.numerics import program_cache
 from attnflow.numerics.heads_field import HeadsField
 from attnflow.workflows import build as build_module
 from attnflow.workflows import experiments as experiment_files
@@ -141,6 +143,7 @@ def test_the_mutants_change_the_motion_not_the_flag():
     x = build_module.make_initial(config, real.heads[0].gauge, jnp.float64)
     for name in MUTATIONS:
         mutant = make_mutant(name)(**{f.name: getattr(real, f.name) for f in dataclasses.fields(HeadsField)})
+        assert program_cache.split_field(mutant)[0] != program_cache.split_field(real)[0]  # its own program
         assert mutant.gradient_flow == real.gradient_flow
         assert float(mutant.energy(x)) == float(real.energy(x))
         moved = float(jnp.max(jnp.abs(mutant(x) - real(x))))
