@@ -1,5 +1,5 @@
 """The compilation cache folder: a compiled program read from disk runs as code, so the folder must
-be one that no other user can write or swap (numerics.program_cache.check_private_folder)."""
+be one that no other user can write or swap (numerics.private_folder.check_private_folder)."""
 
 import os
 import stat
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from attnflow.numerics.program_cache import CacheFolderError, check_private_folder
+from attnflow.numerics.private_folder import CacheFolderError, check_private_folder
 from attnflow.workflows.sweep import compilation_cache_environ
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "attnflow"

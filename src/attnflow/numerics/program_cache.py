@@ -15,14 +15,9 @@ function object.
 ``enable_persistent_cache()`` (the CLI commands call it) keeps compiled programs between processes
 too: JAX's persistent cache, in a private user cache folder (``ATTNFLOW_CACHE_DIR`` overrides it).
 A compiled program read from disk runs as code, so the folder must be one no other user can write
-or swap (:func:`check_private_folder`: owned by the user, mode 0o700, and every folder above it
-owned by the user or root and writable by no one else unless sticky, like ``/tmp``); otherwise
-the cache is refused with a ``CacheFolderError``. (An earlier store of this module's own programs,
-unpickled from that folder, was removed: it checked a file by name and opened it by name again.)
-
-``compiled(key, build, args)`` is the one cache of compiled programs in attnflow, bounded to
-``MAX_PROGRAMS`` (least recently used first out); ``info()`` counts hits and misses (the tests
-assert that a second solve of the same shape compiles nothing).
+or swap (:func:`attnflow.numerics.private_folder.check_private_folder`), or the cache is refused.
+(An earlier store of this module's own programs, unpickled from that folder, was removed: it
+checked a file by name and opened it by name again.)
 """
 
 from __future__ import annotations
@@ -30,13 +25,14 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
-import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import jax
+
+from attnflow.numerics.private_folder import check_private_folder
 
 MAX_PROGRAMS = 32
 _PROGRAMS: collections.OrderedDict = collections.OrderedDict()
@@ -161,55 +157,3 @@ def enable_persistent_cache(folder: Path | None = None) -> Path:
     jax.config.update("jax_compilation_cache_dir", str(folder))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     return folder
-
-
-class CacheFolderError(ValueError):
-    """A compilation cache folder that another user could write or replace."""
-
-
-def check_private_folder(folder: Path, *, create: bool = True) -> Path:
-    """``folder``, created if missing with mode 0o700, after checking that no other user can write
-    it or swap it: it is a real folder (not a link) owned by this user with no group or other
-    permission bits, and every folder above it is owned by this user or root and is not writable by
-    group or others unless it has the sticky bit (``/tmp``: others cannot rename what is ours).
-    Raises :class:`CacheFolderError` naming the folder and what is wrong. ``create`` False: a missing
-    folder is left for its user to make (the folders above it are checked all the same)."""
-    folder = Path(folder).expanduser().absolute()
-    uid = os.getuid()
-    real = Path(os.path.realpath(folder))
-    for parent in (*reversed(folder.parents), *reversed(real.parents)):  # the path as named, and as it is
-        _check_above(parent, uid)
-    if not create and not os.path.lexists(folder):
-        return folder
-    try:
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except OSError as error:
-        raise CacheFolderError(
-            f"cache: `{folder}` must be a folder this user can create; got {error.strerror}."
-        ) from None
-    info = os.lstat(folder)
-    kind = "link" if stat.S_ISLNK(info.st_mode) else "file"
-    if not stat.S_ISDIR(info.st_mode):
-        raise CacheFolderError(f"cache: `{folder}` must be a real folder (no link or file); got a {kind}.")
-    if info.st_uid != uid:
-        raise CacheFolderError(
-            f"cache: `{folder}` must be owned by this user (uid {uid}); got uid {info.st_uid}. "
-            f"Set {CACHE_ENV} to a folder of your own."
-        )
-    if info.st_mode & 0o077:
-        folder.chmod(0o700)  # ours: made private (a umask-002 user's folder)
-    return folder
-
-
-def _check_above(parent: Path, uid: int) -> None:
-    try:
-        info = os.stat(parent)
-    except FileNotFoundError:
-        return  # made below by mkdir, with our own mode
-    shared_write = info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX
-    if info.st_uid not in (uid, 0) or shared_write:
-        raise CacheFolderError(
-            f"cache: `{parent}` (above the cache folder) must be owned by this user or root and writable by "
-            f"no one else unless sticky; got uid {info.st_uid}, mode {stat.S_IMODE(info.st_mode):o}. "
-            f"Set {CACHE_ENV} to a folder under your home."
-        )

@@ -123,8 +123,8 @@ def compilation_cache_environ(cache_dir: str | os.PathLike) -> dict[str, str]:
     """Environment that makes JAX keep every compiled program in ``cache_dir`` (on disk), so that
     a worker process compiles each program once per sweep folder, not once per process; empty (each
     worker compiles its own programs) where another user could write or swap that folder
-    (:func:`attnflow.numerics.program_cache.check_private_folder`): a cached program runs as code."""
-    from attnflow.numerics.program_cache import CacheFolderError, check_private_folder
+    (:func:`attnflow.numerics.private_folder.check_private_folder`): a cached program runs as code."""
+    from attnflow.numerics.private_folder import CacheFolderError, check_private_folder
 
     try:
         check_private_folder(Path(cache_dir), create=False)

@@ -1,0 +1,64 @@
+"""A folder no other user can write or swap, for files this process later runs as code (compiled
+programs): :func:`check_private_folder`. Imports nothing heavy (the command line checks its cache
+folder before JAX starts).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+__all__ = ["CacheFolderError", "check_private_folder"]
+
+HINT = "Set ATTNFLOW_CACHE_DIR to a folder under your home (it is created with mode 0o700)."
+
+
+class CacheFolderError(ValueError):
+    """A compilation cache folder that another user could write or replace."""
+
+
+def check_private_folder(folder: Path, *, create: bool = True) -> Path:
+    """``folder``, created if missing with mode 0o700, after checking that no other user can write
+    it or swap it: it is a real folder (not a link) owned by this user with no group or other
+    permission bits, and every folder above it is owned by this user or root and is not writable by
+    group or others unless it has the sticky bit (``/tmp``: others cannot rename what is ours).
+    Raises :class:`CacheFolderError` naming the folder and what is wrong. ``create`` False: a missing
+    folder is left for its user to make (the folders above it are checked all the same)."""
+    folder = Path(folder).expanduser().absolute()
+    uid = os.getuid()
+    real = Path(os.path.realpath(folder))
+    for parent in (*reversed(folder.parents), *reversed(real.parents)):  # the path as named, and as it is
+        _check_above(parent, uid)
+    if not create and not os.path.lexists(folder):
+        return folder
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as error:
+        raise CacheFolderError(
+            f"cache: `{folder}` must be a folder this user can create; got {error.strerror}."
+        ) from None
+    info = os.lstat(folder)
+    kind = "link" if stat.S_ISLNK(info.st_mode) else "file"
+    if not stat.S_ISDIR(info.st_mode):
+        raise CacheFolderError(f"cache: `{folder}` must be a real folder (no link or file); got a {kind}.")
+    if info.st_uid != uid:
+        raise CacheFolderError(
+            f"cache: `{folder}` must be owned by this user (uid {uid}); got uid {info.st_uid}. " + HINT
+        )
+    if info.st_mode & 0o077:
+        folder.chmod(0o700)  # ours: made private (a umask-002 user's folder)
+    return folder
+
+
+def _check_above(parent: Path, uid: int) -> None:
+    try:
+        info = os.stat(parent)
+    except FileNotFoundError:
+        return  # made below by mkdir, with our own mode
+    shared_write = info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX
+    if info.st_uid not in (uid, 0) or shared_write:
+        raise CacheFolderError(
+            f"cache: `{parent}` (above the cache folder) must be owned by this user or root and writable by "
+            f"no one else unless sticky; got uid {info.st_uid}, mode {stat.S_IMODE(info.st_mode):o}. " + HINT
+        )
