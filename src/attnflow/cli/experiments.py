@@ -106,8 +106,8 @@ def reproduce(
         from attnflow.workflows.reproduce import resume_command
         from attnflow.workflows.reproduce_plan import parse_only, parse_sizes
 
-        enable_persistent_cache()
         with user_errors():
+            enable_persistent_cache()  # a cache folder another user could write: one line, exit 2
             ids, token_counts = parse_only(only), parse_sizes(sizes)
             apply_overrides({}, set_)  # malformed --set values, before any experiment is read
             check_out_folder(out)
@@ -187,8 +187,8 @@ def realize(
     from attnflow.workflows.realize import SUMMARY_KEYS as REALIZE_KEYS
     from attnflow.workflows.realize import run_realisation
 
-    enable_persistent_cache()
     with user_errors():
+        enable_persistent_cache()  # a cache folder another user could write: one line, exit 2
         out = check_out_folder(out if out is not None else Path("runs") / f"realize-{kind}-{target.stem}")
         with (
             disk_failures(out, kept="every completed snapshot"),

@@ -79,7 +79,8 @@ def run(
         from attnflow.numerics.program_cache import enable_persistent_cache
         from attnflow.workflows.run import run as run_simulation
 
-        enable_persistent_cache()
+        with user_errors():  # a cache folder another user could write: one line, exit 2
+            enable_persistent_cache()
         use_cpu_cores()  # large n: the tile lanes run on every core (results do not depend on it)
         if interrupts.NOTED:
             raise KeyboardInterrupt

@@ -1,11 +1,11 @@
-"""The folder where compiled programs persist between processes: checked before it is used.
+"""The compilation cache folder, checked at the command line before JAX is imported.
 
-``$ATTNFLOW_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/attnflow/jax`` (``~/.cache/attnflow/jax``).
-Compiled programs are code this process later runs, so the folder must be the user's own and
-private: :func:`check_cache_folder` raises :class:`CacheFolderError` (a ``ValueError``: one line
-and exit code 2 at the command line) when it is not a folder, is owned by another user, is
-readable or writable by others (group or world), or, not existing yet, cannot be created (its
-nearest existing folder is not a writable folder). It creates and changes nothing.
+The rule is :func:`attnflow.numerics.program_cache.check_private_folder`, run when the cache is
+turned on (a real folder owned by this user, private, every folder above it safe). That module
+imports JAX, which costs seconds and about 150 MB before a refusal could be printed; so the command
+line first runs :func:`check_cache_folder`, the cheap part of the same rule with the same messages:
+the folder, if it exists, is a real folder (not a link or a file) owned by this user. It creates
+and changes nothing; what it passes is checked in full afterwards.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ CACHE_ENV = "ATTNFLOW_CACHE_DIR"
 
 
 class CacheFolderError(ValueError):
-    """The compiled-program cache folder is not the user's own private folder."""
+    """A compilation cache folder that another user could write or replace."""
 
 
 def cache_folder() -> Path:
@@ -31,37 +31,25 @@ def cache_folder() -> Path:
     return base / "attnflow" / "jax"
 
 
-def _fail(folder: Path, constraint: str, got: str) -> CacheFolderError:
-    named = f"`{CACHE_ENV}`" if os.environ.get(CACHE_ENV) else f"the cache folder (`{CACHE_ENV}` unset)"
-    hint = f"Set {CACHE_ENV} to a folder of your own (it is created with mode 0o700)."
-    return CacheFolderError(f"cache: {named} must be {constraint}; got {str(folder)!r} ({got}). {hint}")
-
-
-def check_cache_folder(folder: Path | None = None, *, uid: int | None = None) -> Path:
-    """``folder`` (default :func:`cache_folder`) if it is, or can become, a private folder of the
-    user ``uid`` (default: this process's effective user); else :class:`CacheFolderError`."""
-    folder = cache_folder() if folder is None else Path(folder)
-    uid = os.geteuid() if uid is None else uid
+def check_cache_folder(folder: Path | None = None) -> Path:
+    """``folder`` (default :func:`cache_folder`) unless it exists and is not a real folder owned by
+    this user: then :class:`CacheFolderError`, worded as the full check words it."""
+    folder = (cache_folder() if folder is None else Path(folder)).expanduser().absolute()
     try:
-        info = os.stat(folder)  # follows a link: the folder that would be used
+        info = os.lstat(folder)
     except FileNotFoundError:
-        return _check_creatable(folder)
+        return folder  # made private when the cache is turned on
     except OSError as error:
-        raise _fail(folder, "a readable folder", error.strerror or str(error)) from None
+        raise CacheFolderError(
+            f"cache: `{folder}` must be a readable folder; got {error.strerror}."
+        ) from None
     if not stat.S_ISDIR(info.st_mode):
-        raise _fail(folder, "a folder", "not a folder")
+        kind = "link" if stat.S_ISLNK(info.st_mode) else "file"
+        raise CacheFolderError(f"cache: `{folder}` must be a real folder (no link or file); got a {kind}.")
+    uid = os.getuid()
     if info.st_uid != uid:
-        raise _fail(folder, f"a folder you own (uid {uid})", f"owned by uid {info.st_uid}")
-    if info.st_mode & 0o077:
-        mode = f"mode {stat.S_IMODE(info.st_mode):#o}"
-        raise _fail(folder, "private (mode 0o700: not readable or writable by others)", mode)
-    return folder
-
-
-def _check_creatable(folder: Path) -> Path:
-    existing = Path(os.path.abspath(folder))
-    while not os.path.exists(existing) and existing != existing.parent:
-        existing = existing.parent
-    if not os.access(existing, os.W_OK | os.X_OK):  # (a file on the way fails os.stat: not a folder)
-        raise _fail(folder, "creatable", f"{str(existing)!r} is not writable")
+        raise CacheFolderError(
+            f"cache: `{folder}` must be owned by this user (uid {uid}); got uid {info.st_uid}. "
+            f"Set {CACHE_ENV} to a folder of your own."
+        )
     return folder
