@@ -110,7 +110,7 @@ def test_the_layers_are_measured_with_their_own_energy_and_flag(honest):
 @pytest.mark.parametrize(
     ("mutant", "experiment", "variants", "claim"),
     [
-        ("mask ignored", "E10", ("random", "identity"), "first_token_displacement"),
+        ("mask ignored", "E10", ("random", "identity", "strict"), "first_token_displacement"),
         ("sources ignored", "E12", ("",), "first_token_displacement"),
         ("maps ignored (identity maps)", "E11", ("gradient",), "qk_axis_alignment"),
         ("values ignored (plain <-> rotated)", "E13", ("",), "orbit_residual"),

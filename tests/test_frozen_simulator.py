@@ -60,6 +60,7 @@ def test_a_frozen_simulator_fails_a_row_of_every_experiment_and_variant(frozen):
 LAYER_CLAIMS = {
     ("E10", "random"): "first_token_distance",
     ("E10", "identity"): "first_token_distance",
+    ("E10", "strict"): "first_token_distance",
     ("E11", "gradient"): "qk_axis_alignment",
     ("E11", "gaussian"): "energy_max_decrease",
     ("E12", ""): "first_token_distance",
