@@ -1,8 +1,9 @@
 """An animation of a run: the tokens moving on the sphere, the content ``x`` beside the gauge frame
 ``u = Q(xi) x`` (when the run has a gauge), coloured by the label on the colour map of every attnflow
 picture (:mod:`attnflow.viz.colours`, with its colour bar), one frame per shown snapshot. The panels
-are those of the run's figures (:func:`attnflow.viz.plotting.draw_sphere`: a faint wireframe, no
-axes); dimensions above 3 show the first three coordinates, as the viewer does. GIF through Pillow
+are drawn as the run's figures draw their spheres (an orthographic view on 2-D Axes, the near side
+over the faded far side; laid out once, each frame only moves the points); dimensions above 3
+show the first three coordinates, as the viewer does. GIF through Pillow
 (matplotlib's own dependency); MP4 needs ``ffmpeg`` on the PATH.
 """
 
@@ -18,7 +19,7 @@ from matplotlib.figure import Figure
 
 from attnflow.io.store import spread
 from attnflow.viz.colours import LABEL_CMAP
-from attnflow.viz.plotting import draw_sphere
+from attnflow.viz.plotting import _draw_sphere_flat, _flat_points
 from attnflow.viz.viewer import first_three
 
 __all__ = ["FORMATS", "check_format", "write_animation"]
@@ -58,23 +59,27 @@ def write_animation(
     labels = np.asarray(stored.xi).reshape(len(stored.xi), -1)[:, 0][tokens]
     fig = Figure(figsize=(3.6 * len(panels) + 0.9, 4.0), layout="constrained")
     FigureCanvasAgg(fig)
-    dots = []
+    dots, axes = [], []
     for k, (name, points) in enumerate(panels):
-        ax = draw_sphere(
-            fig.add_subplot(1, len(panels), k + 1, projection="3d"),
-            points[0],
-            color=labels,
-            cmap=LABEL_CMAP,
-            title=name,
-            color_label="label ξ" if k == len(panels) - 1 else None,  # one bar: both panels share it
+        ax = _draw_sphere_flat(
+            fig.add_subplot(1, len(panels), k + 1), points[0], color=labels, cmap=LABEL_CMAP, title=name
         )
+        axes.append(ax)
         dots.append(ax.collections[-1])
-        dots[-1].set_clim(float(labels.min()), float(labels.max()))
-    heading = fig.suptitle("")
+        if np.ptp(labels) > 0:
+            dots[-1].set_clim(float(labels.min()), float(labels.max()))
+    fig.colorbar(dots[-1], ax=axes, shrink=0.7, label="label ξ")  # one bar: the panels share it
+    heading = fig.suptitle(f"{title}   t = {stored.ts[frames[-1]]:.4g}")
+    fig.canvas.draw()
+    fig.set_layout_engine("none")  # laid out once: every frame has the same text boxes
 
     def show(k: int):
         for dot, (_, points) in zip(dots, panels, strict=True):
-            dot._offsets3d = tuple(points[k].T)
+            order, xy, style = _flat_points(points[k])
+            dot.set_offsets(xy)
+            dot.set_array(labels[order])
+            dot.set_sizes(style["s"])
+            dot.set_alpha(style["alpha"])
         heading.set_text(f"{title}   t = {stored.ts[frames[k]]:.4g}")
         return dots
 

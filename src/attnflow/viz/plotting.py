@@ -222,6 +222,19 @@ _SCREEN = np.array(
 )
 
 
+def _flat_points(pts: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """The drawing order (far side first), screen positions and sizes/alphas of points of ``S^2``
+    in the view of :func:`_draw_sphere_flat`."""
+    depth = pts @ _TOWARD
+    order = np.argsort(depth, kind="stable")  # far side first: the near side is drawn over it
+    xy, near = (pts @ _SCREEN.T)[order], depth[order] >= 0
+    return (
+        order,
+        xy,
+        {"s": np.where(near, _MARKER_SIZE, 0.6 * _MARKER_SIZE), "alpha": np.where(near, 1.0, 0.35)},
+    )
+
+
 def _draw_sphere_flat(ax: Axes, pts: np.ndarray, *, color: Any, cmap: str, title: str | None) -> Axes:
     """Points of ``S^2`` on a 2-D Axes, as :func:`draw_sphere` shows them on a 3-D one: an
     orthographic view of the sphere (its outline, a faint wireframe of meridians and parallels),
@@ -251,10 +264,7 @@ def _draw_sphere_flat(ax: Axes, pts: np.ndarray, *, color: Any, cmap: str, title
         # one artist per kind of line: far side, near side, outline (a few cheap draws per panel)
         wires = ax.add_collection(LineCollection(part, colors="0.6", linewidths=width, alpha=alpha))
         wires.set_in_layout(False)
-    depth = pts @ _TOWARD
-    order = np.argsort(depth, kind="stable")  # far side first: the near side is drawn over it
-    xy, near = (pts @ _SCREEN.T)[order], depth[order] >= 0
-    style = {"s": np.where(near, _MARKER_SIZE, 0.6 * _MARKER_SIZE), "alpha": np.where(near, 1.0, 0.35)}
+    order, xy, style = _flat_points(pts)
     if values is None:
         dots = ax.scatter(xy[:, 0], xy[:, 1], color="C0", rasterized=True, **style)
     else:
