@@ -162,7 +162,7 @@ def test_bad_execution_options_exit_2(base_file, tmp_path, monkeypatch):
     out = tmp_path / "sweep"
     args = ["sweep", str(base_file), "--grid", "model.beta=1", "--out", str(out)]
     result = CliRunner().invoke(app, [*args, "--workers", "0"])
-    assert result.exit_code == 2 and "`--workers` must be a positive integer; got 0" in result.stderr
+    assert result.exit_code == 2 and "'--workers': must be an integer in [1, 1024]; got 0" in result.stderr
     result = CliRunner().invoke(app, [*args, "--scheduler", "tcp://127.0.0.1:9"])
     assert result.exit_code == 2
     assert "--scheduler: `ADDRESS` must be a reachable Dask scheduler" in result.stderr

@@ -142,8 +142,9 @@ class AttentionConfig(_Frozen):
     weights: Str = Field(
         "identity",
         min_length=1,
-        description="'identity', 'gaussian', 'orthogonal', 'shared' (W_Q = W_K = W_V = W, W_O = W^T; "
-        "seeded), or a .npz file holding query, key, value (H, d_h, d) and output (H, d, d_h)",
+        description="'identity', 'gaussian', 'orthogonal', 'shared' (W_Q = W_K = W_V = W, W_O = W^T), "
+        "'random_qk' (random W_Q, W_K; W_V = W_O = I; all seeded), or a .npz file holding query, "
+        "key, value (H, d_h, d) and output (H, d, d_h)",
     )
     scale: PositiveFloat = Field(1.0, description="the random maps' scale (|W x| about scale)")
     seed: Seed = 0

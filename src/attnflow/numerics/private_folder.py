@@ -9,9 +9,19 @@ import os
 import stat
 from pathlib import Path
 
-__all__ = ["CacheFolderError", "check_private_folder"]
+__all__ = ["CACHE_ENV", "CacheFolderError", "cache_folder", "check_private_folder"]
 
+CACHE_ENV = "ATTNFLOW_CACHE_DIR"
 HINT = "Set ATTNFLOW_CACHE_DIR to a folder under your home (it is created with mode 0o700)."
+
+
+def cache_folder() -> Path:
+    """Where compiled programs persist between processes: ``$ATTNFLOW_CACHE_DIR`` if set, else
+    ``$XDG_CACHE_HOME/attnflow/jax`` (``~/.cache/attnflow/jax`` without it)."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "attnflow" / "jax"
 
 
 class CacheFolderError(ValueError):
@@ -23,8 +33,9 @@ def check_private_folder(folder: Path, *, create: bool = True) -> Path:
     it or swap it: it is a real folder (not a link) owned by this user with no group or other
     permission bits, and every folder above it is owned by this user or root and is not writable by
     group or others unless it has the sticky bit (``/tmp``: others cannot rename what is ours).
-    Raises :class:`CacheFolderError` naming the folder and what is wrong. ``create`` False: a missing
-    folder is left for its user to make (the folders above it are checked all the same)."""
+    Raises :class:`CacheFolderError` naming the folder and what is wrong. ``create`` False: nothing
+    is made or changed (a missing folder is left for the full check; the folders above it are
+    checked all the same)."""
     folder = Path(folder).expanduser().absolute()
     uid = os.getuid()
     real = Path(os.path.realpath(folder))
@@ -46,7 +57,7 @@ def check_private_folder(folder: Path, *, create: bool = True) -> Path:
         raise CacheFolderError(
             f"cache: `{folder}` must be owned by this user (uid {uid}); got uid {info.st_uid}. " + HINT
         )
-    if info.st_mode & 0o077:
+    if info.st_mode & 0o077 and create:
         folder.chmod(0o700)  # ours: made private (a umask-002 user's folder)
     return folder
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,7 +31,7 @@ from typing import Any
 
 import jax
 
-from attnflow.numerics.private_folder import check_private_folder
+from attnflow.numerics.private_folder import cache_folder, check_private_folder
 
 MAX_PROGRAMS = 32
 _PROGRAMS: collections.OrderedDict = collections.OrderedDict()
@@ -136,16 +135,7 @@ def clear() -> None:
     _COUNTS.update(hits=0, misses=0)
 
 
-CACHE_ENV = "ATTNFLOW_CACHE_DIR"
-
-
-def persistent_cache_folder() -> Path:
-    """Where compiled programs persist between processes: ``$ATTNFLOW_CACHE_DIR`` if set, else
-    ``$XDG_CACHE_HOME/attnflow/jax`` (``~/.cache/attnflow/jax`` without it)."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "attnflow" / "jax"
+persistent_cache_folder = cache_folder  # the one default location (numerics.private_folder)
 
 
 def enable_persistent_cache(folder: Path | None = None) -> Path:

@@ -10,6 +10,8 @@ head ``h`` gets the slope ``factor.slope · 2^{−8h/H}``). Every defect of a we
 
 from __future__ import annotations
 
+import os
+import stat
 import zipfile
 
 import numpy as np
@@ -25,7 +27,16 @@ def _fail(constraint: str, value) -> ConfigError:
 
 
 def _load_weights(path: str, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
-    """The four arrays of a ``.npz`` file, each of its expected shape and finite (no pickles)."""
+    """The four arrays of a ``.npz`` file, each of its expected shape and finite (no pickles): a
+    regular file of at most ``MAX_WEIGHTS_BYTES`` (a FIFO or a device is refused unread)."""
+    try:
+        info = os.stat(path)
+    except OSError as error:
+        raise _fail("a readable .npz file", f"{path} ({error.strerror})") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise _fail("a regular .npz file", f"{path} (not a regular file)")
+    if info.st_size > MAX_WEIGHTS_BYTES:
+        raise _fail(f"a .npz file of at most {MAX_WEIGHTS_BYTES} bytes", f"{path} ({info.st_size} bytes)")
     try:
         with np.load(path, allow_pickle=False) as archive:
             missing = [name for name in shapes if name not in archive.files]

@@ -95,6 +95,8 @@ def _tabulated_kernel(sim: Simulation, config: Config) -> Simulation:
     (softmax weights): elsewhere it says nothing about the field, and is False for every factor."""
     if sim.block_size is not None or sim.interaction != "exact":
         return sim
+    if hasattr(sim.field, "heads") or config.model.sources:  # a layer of heads, or held sources: as built
+        return sim
     q, w = _tables(sim.kernel)
     nonnegative = config.model.normalization == "sa" and sim.kernel.factor.nonnegative
     factor = MatrixFactor(w=w, nonnegative=nonnegative)

@@ -277,7 +277,9 @@ def connect(
     with _restored_environ():
         for key in environ:  # the Nanny lets os.environ override the config; ours must win
             os.environ.pop(key, None)
-        with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}):
+        # no HTTP pages: any local user could read the scheduler's and workers' (plain HTTP)
+        quiet = {"distributed.scheduler.http.routes": [], "distributed.worker.http.routes": []}
+        with dask.config.set({"distributed.nanny.pre-spawn-environ": environ, **quiet}):
             cluster = LocalCluster(
                 n_workers=workers or available_cores(),
                 threads_per_worker=1,
