@@ -127,7 +127,8 @@ def _causal_config(tmp_path, positions, causal=True):
 def test_causal_run_refuses_positions_out_of_token_order(tmp_path):
     message = (
         r"^config: `aux.path` must be non-decreasing in token order with model.causal or model.sources "
-        r"\(masks and held sources follow the token order\); got 'xi\[1\] = 2 > xi\[2\] = 1'\. Sort the tokens by position"
+        r"\(masks and held sources follow the token order\); got 'xi\[1\] = 2 > xi\[2\] = 1'\. "
+        r"Sort the tokens by position"
     )
     with pytest.raises(ConfigError, match=message):
         build(_causal_config(tmp_path, [0.0, 2.0, 1.0, 3.0]))
