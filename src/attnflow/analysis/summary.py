@@ -168,7 +168,8 @@ class OnlineSummary:
         self.kernel, self.groups, self.theta_c = kernel, groups, theta_c
         self.energy_method, self.tolerance = energy, tolerance
         self.gradient_flow = True if field is None else bool(field.gradient_flow)
-        if hasattr(field, "heads"):  # a layer of heads: its own energy (the kernel is the identity's)
+        self.heads = hasattr(field, "heads")
+        if self.heads:  # a layer of heads: its own energy (the kernel is the identity's)
             self.energy_method = "heads (sum over the heads of (1/(2n^2)) sum_ij w_ij phi(<q_i, k_j>))"
             self._measure = _field_measure(field)
         else:
@@ -214,7 +215,7 @@ class OnlineSummary:
             how = f"subsample of {rows.size} of {n} tokens (one in {rows[1] - rows[0]})"
             methods.update({key: how for key in PAIRWISE_KEYS}, series_n_eff="skipped (null)")
         energies = np.asarray(self.series["energy"], dtype=float)
-        e_max = energy_max(kernel) if self.gradient_flow and self._measure_is_kernel else None
+        e_max = energy_max(kernel) if self.gradient_flow and not self.heads else None
         e_last = float(energies[-1])
         if not self.gradient_flow:
             methods["energy_gap"] = methods["energy_monotone"] = (
@@ -252,10 +253,6 @@ class OnlineSummary:
         final["series"] = {k: list(v) for k, v in self.series.items()}
         final["methods"] = methods
         return final
-
-    @property
-    def _measure_is_kernel(self) -> bool:
-        return not self.energy_method.startswith("heads")
 
     def _monotone_tol(self, e_last: float) -> float:
         """Round-off of the energy sum, plus twice the expansion's error bound where it is used."""
