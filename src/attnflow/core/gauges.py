@@ -168,7 +168,18 @@ def make_rope(xi, d: int, frequencies: np.ndarray, *, dtype=jnp.float64) -> RoPE
         raise ValueError(
             f"rope: `frequencies` must have at most d//2 = {d // 2} entries; got {frequencies.size}."
         )
-    return RoPE(angles=to_device(np.outer(xi, frequencies), dtype), d=d)
+    return RoPE(angles=to_device(rope_angles(xi, frequencies, dtype), dtype), d=d)
+
+
+def rope_angles(xi, frequencies, dtype) -> np.ndarray:
+    """The angles ``θ_k ξ_i`` ``(n, m)``, formed in float64 on the host. Below float64 they are
+    first reduced to ``[−π, π)`` in float64, so that the rounding to ``dtype`` costs at most half
+    an ulp of π (6e-8 in float32) whatever the position: rounding a raw angle of 4000 rad to float32
+    would cost up to 2.4e-4. Float64 angles are kept as they are (the paper's model, bitwise)."""
+    angles = np.outer(np.asarray(xi, dtype=np.float64), np.asarray(frequencies, dtype=np.float64))
+    if jnp.dtype(dtype) == jnp.float64:
+        return angles
+    return np.remainder(angles + np.pi, 2.0 * np.pi) - np.pi
 
 
 def axis_generator(axis: str) -> np.ndarray:
