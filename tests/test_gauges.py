@@ -255,7 +255,8 @@ def test_the_memory_estimate_counts_rope_compactly():
 def test_float32_rope_angles_are_reduced_in_float64_so_the_field_stays_within_1e6():
     """Positions 0..4095 with RoFormer frequencies: raw angles up to 4095 rad would be rounded to
     float32 with errors up to 2.4e-4; reduced to [-π, π) in float64 first, the float32 field at
-    d = 64, n = 4096 stays within 1e-6 of the float64 one (the float32 sum alone: ~4e-7)."""
+    d = 64, n = 4096 is 4.9e-9 off the float64 one (measured), against 3.8e-7 with the raw angles
+    rounded to float32: the bound 5e-8 (well inside the wanted 1e-6) tells the two apart."""
     from attnflow.core.factors import NoFactor
     from attnflow.core.kernel import Kernel, make_profile
     from attnflow.numerics.dynamics import make_vector_field
@@ -276,4 +277,4 @@ def test_float32_rope_angles_are_reduced_in_float64_so_the_field_stays_within_1e
         v = jax.jit(make_vector_field(kernel, block_size=512))(jnp.asarray(x, dtype))
         return np.asarray(v, np.float64)
 
-    assert np.max(np.abs(field(jnp.float32) - field(jnp.float64))) < 1e-6
+    assert np.max(np.abs(field(jnp.float32) - field(jnp.float64))) < 5e-8
