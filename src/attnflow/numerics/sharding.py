@@ -1,0 +1,440 @@
+"""Tokens sharded across devices: the attention sums of one field split by rows over a mesh.
+
+``TokenMesh`` places the tokens on a one-axis ``jax.sharding.Mesh`` (the devices of this process,
+or of every process after ``jax.distributed.initialize``): device ``p`` of ``P`` owns the rows
+``[p L, (p + 1) L)``, ``L = ⌈n / P⌉`` (the last shard padded with copies of the last token, whose
+rows are dropped). ``ShardedField(field, placement)`` is ``field`` (an ``AttentionField`` or a
+``HeadsField``) evaluated that way: ``x (n, d) -> v (n, d)`` like the field itself, so ``solve``
+and ``integrate`` take it unchanged.
+
+The exact sum ``g_i = Σ_j a_ij y_j`` (``jax.shard_map`` over the token axis):
+
+1. each device applies the gauge to its own rows (a gauge's arrays are per token, so they are
+   sharded with the rows) and forms its queries, keys and values;
+2. the keys and values are all-gathered (``O(n d)`` per device);
+3. each device sums its rows against every key, in row blocks of ``block_size`` local rows
+   (``lax.map``): the weights of one block are ``block_size × n``, so the memory per device is
+   ``O(n d + block_size · n)`` next to the ``O(n²/P)`` work;
+4. the read-out (the gauge's transpose), the projection and the held sources are applied to the
+   local rows, and the velocities are all-gathered, so the state stays replicated (``O(n d)``) and
+   every process can read it.
+
+What the local rows need: the rows of the gauge (sharded), the queries' causal mask by global
+token index (``p L + local index``), the factor's rows ``w[i, :]`` for the local ``i`` against every
+``j``: the label factors (``DistanceBias``, ``ToeplitzCos``) hold ``O(n)`` labels and are
+replicated, a ``MatrixFactor`` is sharded by rows (``O(n²/P)`` per device). The bound on the
+logits of "usa" (``logit_bound``) is the global one (``pmax`` of the local query norms), so a
+shard's exponentials are those of the one-device sum.
+
+The expansion (``interaction = "expansion"``, no mask, factor none or Toeplitz cosine): the
+moments ``M = Σ_j F(k_j)ᵀ [a_j y_j]`` of the local tokens are added over the devices (``psum``), and
+each device evaluates its own rows against them: ``O(n R d / P)`` work per device and one
+``R × T d'`` reduction. The causal and distance-bias prefix sums are not sharded (a ``ValueError``
+names the setting).
+
+The results agree with one device to round-off (the sums are regrouped: row blocks instead of
+symmetric tiles); ``tests/test_sharding.py`` checks the field within 1e-13 and an RK4 trajectory
+within 1e-12 on 4 host devices, ``tests/test_sharding_processes.py`` the same on two processes
+(``jax.distributed``, CPU collectives by gloo).
+
+``ShardedField`` is a pytree: the wrapped field's arrays are its children, the placement and the
+field's options its static data, so ``jax.jit`` over it compiles once per structure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, PartitionSpec
+
+from attnflow.core import factors
+from attnflow.core.pytree import pytree_dataclass
+from attnflow.core.sphere import project
+from attnflow.numerics import expansion
+from attnflow.numerics.dynamics import AttentionField
+from attnflow.numerics.heads_field import HeadsField
+
+AXIS = "tokens"
+ROW_SHARDED_FACTORS = (factors.MatrixFactor,)  # factors whose arrays are n × n: sharded by rows
+_SCALARS = (bool, int, float, complex, str, type(None))
+
+
+@pytree_dataclass(data_fields=[], meta_fields=["mesh", "axis"])
+@dataclasses.dataclass(frozen=True)
+class TokenMesh:
+    """The placement of the tokens: contiguous row shards on the one axis ``axis`` of ``mesh``."""
+
+    mesh: Mesh
+    axis: str = AXIS
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.mesh, Mesh):
+            raise TypeError(f"sharding: `mesh` must be a jax.sharding.Mesh; got {type(self.mesh).__name__}.")
+        if tuple(self.mesh.axis_names) != (self.axis,):
+            raise ValueError(
+                f"sharding: `mesh` must have the one axis {self.axis!r}; "
+                f"got axes {tuple(self.mesh.axis_names)!r}. Build it with make_token_mesh()."
+            )
+
+    @property
+    def shards(self) -> int:
+        """``P``, the number of devices the tokens are split over."""
+        return int(self.mesh.devices.size)
+
+    def rows_per_shard(self, n: int) -> int:
+        """``L = ⌈n / P⌉`` rows per device (the last shard padded)."""
+        return -(-n // self.shards)
+
+
+def make_token_mesh(devices=None, *, axis: str = AXIS) -> TokenMesh:
+    """The tokens over ``devices`` (default: every device JAX sees, those of every process after
+    ``jax.distributed.initialize``), in the order given."""
+    devices = jax.devices() if devices is None else list(devices)
+    if not devices:
+        raise ValueError("sharding: `devices` must be a non-empty list of devices; got [].")
+    return TokenMesh(Mesh(np.array(devices), (axis,)), axis)
+
+
+# ----------------------------------------------------------------------------- the local rows
+
+
+def _padded_rows(a: jax.Array, rows: int) -> jax.Array:
+    """``a`` with its first axis padded to ``rows`` by copies of its last row (finite, unit tokens)."""
+    pad = rows - a.shape[0]
+    if pad == 0:
+        return a
+    return jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1), mode="edge")
+
+
+def _row_sharded(factor) -> bool:
+    return isinstance(factor, ROW_SHARDED_FACTORS)
+
+
+def _factor_rows(factor, local_idx: jax.Array, global_idx: jax.Array, n: int) -> jax.Array:
+    """``w[i, :]`` for the local rows: a row-sharded factor by its local index, a label factor by
+    the global one (padding rows clamped to the last token; they are dropped)."""
+    if _row_sharded(factor):
+        return factor.rows(local_idx)
+    return factor.rows(jnp.minimum(global_idx, n - 1))
+
+
+def _local_sum(factor, profile, q, k, values, *, offset, n: int, causal, sa: bool, shift: str, bound, block):
+    """``Σ_j a_ij values_j`` for the local queries ``q (L, m)`` against all keys ``k (n, m)``: the
+    unnormalised weights ``w_ij e^{β(s_ij − shift_i)}`` times ``[values, 1]`` (the ones give the
+    softmax denominators), in row blocks of ``block`` rows. ``shift``: "unit" (``s − 1``, unit
+    queries and keys: ``attention_sum``), "bound" (``s − bound``, "usa" of ``qkv_sum``) or "row"
+    (each row's largest seen logit, "sa" of ``qkv_sum``). Returns ``(L, dv [+ 1])``."""
+    rows_here, dtype = q.shape[0], q.dtype
+    exp = profile.kind == "exp"
+    y = values.astype(dtype)
+    if sa:
+        y = jnp.concatenate([y, jnp.ones((n, 1), dtype)], axis=1)
+    columns = jnp.arange(n)[None, :]
+
+    def rows(idx):
+        global_idx = offset + idx
+        s = q[idx] @ k.T
+        seen = None
+        if causal is not False:
+            seen = columns < global_idx[:, None] if causal == "strict" else columns <= global_idx[:, None]
+        if not exp:
+            weights = jnp.ones_like(s)
+        elif shift == "unit":
+            weights = profile.dphi_unit(s).astype(dtype)
+        elif shift == "bound":
+            weights = jnp.exp(profile.beta.astype(dtype) * (s - bound))
+        else:
+            top = jnp.max(s if seen is None else jnp.where(seen, s, -jnp.inf), axis=1, keepdims=True)
+            weights = jnp.exp(profile.beta.astype(dtype) * (s - jnp.where(jnp.isfinite(top), top, 0.0)))
+        weights = _factor_rows(factor, idx, global_idx, n).astype(dtype) * weights
+        if seen is not None:
+            weights = jnp.where(seen, weights, 0.0)
+        return weights @ y
+
+    if block is None or block >= rows_here:
+        return rows(jnp.arange(rows_here))
+    count = -(-rows_here // block)
+    idx = jnp.minimum(jnp.arange(count * block), rows_here - 1).reshape(count, block)
+    out = jax.lax.map(rows, idx)
+    return out.reshape(count * block, -1)[:rows_here]
+
+
+def _normalised(summed, dv: int, *, sa: bool, scale, n: int, guard: bool):
+    """The sums divided by their softmax denominators ("sa"; a row that sees nothing is zero when
+    ``guard``) or scaled by ``scale / n`` ("usa")."""
+    if not sa:
+        return summed[:, :dv] * (scale / n).astype(summed.dtype)
+    denominator = summed[:, dv : dv + 1]
+    if not guard:
+        return summed[:, :dv] / denominator
+    safe = jnp.where(denominator > 0, denominator, 1.0)
+    return jnp.where(denominator > 0, summed[:, :dv] / safe, 0.0)
+
+
+def _gathered(a: jax.Array, axis: str, n: int) -> jax.Array:
+    """The rows of every device, in token order, without the padding: ``(n, ...)``."""
+    return jax.lax.all_gather(a, axis, tiled=True)[:n]
+
+
+def _held(v: jax.Array, offset, sources: int) -> jax.Array:
+    """``v`` with the rows of the first ``sources`` tokens (by global index) set to zero."""
+    if sources == 0:
+        return v
+    global_idx = offset + jnp.arange(v.shape[0])
+    return jnp.where((global_idx < sources)[:, None], 0.0, v)
+
+
+# ----------------------------------------------------------------------------- the two fields
+
+
+def _attention_rows(field: AttentionField, axis: str, n: int, x, gauge, factor, profile):
+    """One device's rows of ``AttentionField.__call__`` (exact): ``x (L, d)`` and ``gauge`` are its
+    rows; returns the velocities of every token (all-gathered)."""
+    offset = jax.lax.axis_index(axis) * x.shape[0]
+    u_here = gauge.apply(x)
+    u = _gathered(u_here, axis, n)
+    values = u if field.value == "gradient" else _gathered(x, axis, n)
+    sa = field.normalization == "sa"
+    if field.causal == "strict":  # the one-device field sums it by qkv_sum: bounded by the logits
+        shift = "row" if sa else "bound"
+        bound = _logit_bound(u_here, u, axis) if shift == "bound" else jnp.zeros((), x.dtype)
+    else:
+        shift, bound = "unit", jnp.zeros((), x.dtype)
+    summed = _local_sum(
+        factor, profile, u_here, u, values, offset=offset, n=n, causal=field.causal, sa=sa, shift=shift,
+        bound=bound, block=field.block_size,
+    )  # fmt: skip
+    if shift == "bound" and profile.kind == "exp":
+        scale = profile.c * jnp.exp(profile.beta * bound)
+    else:
+        scale = profile.scale
+    g = _normalised(summed, values.shape[1], sa=sa, scale=scale, n=n, guard=field.causal == "strict")
+    if field.value == "gradient":
+        g = gauge.apply_transpose(g)
+    return _gathered(_held(project(x, g), offset, field.sources), axis, n)
+
+
+def _logit_bound(q_here, k, axis):
+    """``max_i |q_i| · max_j |k_j|`` over every device's queries (``summation.logit_bound``)."""
+    top = jax.lax.pmax(jnp.max(jnp.sum(q_here * q_here, axis=1)), axis)
+    return jnp.sqrt(top * jnp.max(jnp.sum(k * k, axis=1)))
+
+
+def _heads_rows(field: HeadsField, axis: str, n: int, x, heads, profile):
+    """One device's rows of ``HeadsField.__call__`` (exact); ``heads`` hold their gauges' rows."""
+    offset = jax.lax.axis_index(axis) * x.shape[0]
+    sa = field.normalization == "sa"
+    exp = profile.kind == "exp"
+    total = jnp.zeros_like(x)
+    for head in heads:
+        q = head.queries(x)
+        k = _gathered(head.keys(x), axis, n)
+        v = _gathered(head.value_vectors(x), axis, n)
+        bound = _logit_bound(q, k, axis) if exp and not sa else jnp.zeros((), x.dtype)
+        summed = _local_sum(
+            head.factor, profile, q, k, v, offset=offset, n=n, causal=field.causal, sa=sa,
+            shift="row" if sa else "bound", bound=bound, block=field.block_size,
+        )  # fmt: skip
+        scale = profile.c * jnp.exp(profile.beta * bound) if exp else profile.c
+        total = total + head.read_out(_normalised(summed, v.shape[1], sa=sa, scale=scale, n=n, guard=True))
+    return _gathered(_held(project(x, total), offset, field.sources), axis, n)
+
+
+def _expansion_plan(field: AttentionField, dtype):
+    """The expansion's degree and feature weights, from the field's concrete β (before tracing)."""
+    kernel, d = field.kernel, field.kernel.gauge.d
+    degree = expansion._check(kernel, d, field.normalization, field.tolerance)
+    return expansion._Plan(expansion._beta(kernel), degree, d, dtype)
+
+
+def _expansion_rows(field: AttentionField, plan, axis: str, n: int, x, gauge, factor, profile):
+    """One device's rows of the expansion without a mask: the moments of the local tokens are added
+    over the devices (``psum``), then each device evaluates its rows against them."""
+    offset = jax.lax.axis_index(axis) * x.shape[0]
+    d = x.shape[1]
+    u = gauge.apply(x)
+    y = u if field.value == "gradient" else x
+    sa = field.normalization == "sa"
+    if sa:
+        y = jnp.concatenate([y, jnp.ones((y.shape[0], 1), x.dtype)], axis=1)
+    global_idx = jnp.minimum(offset + jnp.arange(x.shape[0]), n - 1)
+    a = expansion._label_terms(factor, n, x.dtype)[global_idx]
+    real = (offset + jnp.arange(x.shape[0]) < n).astype(x.dtype)[:, None]  # padding rows add nothing
+    features = plan.features(u)
+    moments = jax.lax.psum(features.T @ expansion._spread(a * real, y), axis)
+    summed = expansion._gather(a, features @ (moments * plan.weights[:, None]))
+    dv = d
+    g = _normalised(summed, dv, sa=sa, scale=profile.scale, n=n, guard=False)
+    if field.value == "gradient":
+        g = gauge.apply_transpose(g)
+    return _gathered(_held(project(x, g), offset, field.sources), axis, n)
+
+
+# ----------------------------------------------------------------------------- the sharded field
+
+
+def _spec_like(tree, spec):
+    return jax.tree.map(lambda _: spec, tree)
+
+
+def _split_field(field) -> tuple[tuple, tuple]:
+    """The wrapped field as ``(static, children)``: its class and scalar options, and for every other
+    attribute its tree definition (static) and leaves (children). The expansion chooses its degree
+    from β when it is traced, so its field is static whole (compared by identity)."""
+    if field.interaction != "exact":
+        return ("whole", field), ()
+    options, trees, children = [], [], []
+    for item in dataclasses.fields(field):
+        value = getattr(field, item.name)
+        if isinstance(value, _SCALARS):
+            options.append((item.name, value))
+            continue
+        leaves, treedef = jax.tree_util.tree_flatten(value)
+        trees.append((item.name, treedef))
+        children.append(tuple(leaves))
+    return ("parts", type(field), tuple(options), tuple(trees)), tuple(children)
+
+
+def _join_field(static: tuple, children: tuple):
+    """``_split_field``'s inverse; the field is rebuilt without ``__init__`` (it was validated when
+    made), as ``attnflow.core.pytree`` rebuilds its nodes."""
+    if static[0] == "whole":
+        return static[1]
+    _, cls, options, trees = static
+    field = object.__new__(cls)
+    for name, value in options:
+        object.__setattr__(field, name, value)
+    for (name, treedef), leaves in zip(trees, children, strict=True):
+        object.__setattr__(field, name, jax.tree_util.tree_unflatten(treedef, leaves))
+    return field
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ShardedField:
+    """``field`` (``AttentionField`` or ``HeadsField``) with its tokens sharded over ``placement``:
+    ``sharded(x) -> v``, equal to ``field(x)`` to round-off (see the module docstring)."""
+
+    field: Any
+    placement: TokenMesh
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.field, AttentionField | HeadsField):
+            raise TypeError(
+                "sharding: `field` must be an AttentionField or a HeadsField; "
+                f"got {type(self.field).__name__}."
+            )
+        if not isinstance(self.placement, TokenMesh):
+            raise TypeError(
+                "sharding: `placement` must be a TokenMesh (make_token_mesh()); "
+                f"got {type(self.placement).__name__}."
+            )
+        if self.field.interaction == "expansion":
+            if isinstance(self.field, HeadsField):
+                raise ValueError(
+                    "sharding: `interaction` 'expansion' is sharded for the paper's field only; got a "
+                    "HeadsField. Use interaction 'exact'."
+                )
+            factor = self.field.kernel.factor
+            if self.field.causal is not False or isinstance(factor, factors.DistanceBias):
+                raise ValueError(
+                    "sharding: the expansion's prefix sums (`causal` or the distance bias) are not sharded; "
+                    f"got causal = {self.field.causal!r} with {type(factor).__name__}. "
+                    "Use interaction 'exact'."
+                )
+
+    @property
+    def numbers_traceable(self) -> bool:
+        """False: ``program_cache.split_field`` keeps a sharded field whole (by identity), since its
+        wrapped field is not a pytree; ``jax.jit`` over the field itself caches by structure."""
+        return False
+
+    @property
+    def interaction(self) -> str:
+        return self.field.interaction
+
+    @property
+    def gradient_flow(self) -> bool:
+        return self.field.gradient_flow
+
+    def energy(self, x: jax.Array) -> jax.Array:
+        """The wrapped field's energy (evaluated on one device)."""
+        return self.field.energy(x)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        n = x.shape[0]
+        placement = self.placement
+        rows = placement.rows_per_shard(n) * placement.shards
+        tokens, whole = PartitionSpec(placement.axis), PartitionSpec()
+        pad = lambda tree: jax.tree.map(lambda a: _padded_rows(a, rows), tree)  # noqa: E731
+        field = self.field
+        if isinstance(field, HeadsField):
+            heads = tuple(_placed_head(head, pad) for head in field.heads)
+            specs = tuple(_head_specs(head, tokens, whole) for head in heads)
+            body = lambda x, heads, profile: _heads_rows(field, placement.axis, n, x, heads, profile)  # noqa: E731
+            operands, in_specs = (heads, field.profile), (specs, _spec_like(field.profile, whole))
+        else:
+            kernel = field.kernel
+            factor = pad(kernel.factor) if _row_sharded(kernel.factor) else kernel.factor
+            if field.interaction == "expansion":
+                plan = _expansion_plan(field, x.dtype)
+                body = lambda x, g, f, p: _expansion_rows(field, plan, placement.axis, n, x, g, f, p)  # noqa: E731
+            else:
+                body = lambda x, g, f, p: _attention_rows(field, placement.axis, n, x, g, f, p)  # noqa: E731
+            operands = (pad(kernel.gauge), factor, kernel.profile)
+            factor_spec = tokens if _row_sharded(factor) else whole
+            in_specs = (
+                _spec_like(operands[0], tokens),
+                _spec_like(factor, factor_spec),
+                _spec_like(kernel.profile, whole),
+            )
+        sharded = jax.shard_map(
+            body, mesh=placement.mesh, in_specs=(tokens, *in_specs), out_specs=whole, check_vma=False
+        )
+        return sharded(_padded_rows(x, rows), *operands)
+
+
+def _placed_head(head, pad):
+    """A head whose gauge (and a row-sharded factor) is padded to whole shards."""
+    factor = pad(head.factor) if _row_sharded(head.factor) else head.factor
+    return _replaced(head, gauge=pad(head.gauge), factor=factor)
+
+
+def _head_specs(head, tokens, whole):
+    """The partition of a head: its maps whole, its gauge by rows, its factor whole or by rows."""
+    specs = _spec_like(head, whole)
+    factor_spec = tokens if _row_sharded(head.factor) else whole
+    return _replaced(specs, gauge=_spec_like(head.gauge, tokens), factor=_spec_like(head.factor, factor_spec))
+
+
+def _replaced(obj, **changes):
+    """A copy of the frozen dataclass ``obj`` with ``changes``, made without ``__init__`` (its
+    leaves may be partition specs, which no validation accepts)."""
+    copy = object.__new__(type(obj))
+    for item in dataclasses.fields(obj):
+        object.__setattr__(copy, item.name, changes.get(item.name, getattr(obj, item.name)))
+    return copy
+
+
+def _flatten(sharded: ShardedField):
+    static, children = _split_field(sharded.field)
+    return children, (sharded.placement, static)
+
+
+def _unflatten(aux, children) -> ShardedField:
+    placement, static = aux
+    sharded = object.__new__(ShardedField)
+    object.__setattr__(sharded, "field", _join_field(static, children))
+    object.__setattr__(sharded, "placement", placement)
+    return sharded
+
+
+jax.tree_util.register_pytree_node(ShardedField, _flatten, _unflatten)
+
+
+def shard_tokens(field, placement: TokenMesh | None = None) -> ShardedField:
+    """``field`` with its tokens sharded over ``placement`` (default: every device, ``make_token_mesh()``)."""
+    return ShardedField(field, make_token_mesh() if placement is None else placement)

@@ -1,0 +1,141 @@
+"""The fields of the sharding checks, and the checks themselves, shared by ``test_sharding.py`` (4 host
+devices, in a child process), ``test_sharding_processes.py`` (two processes, ``jax.distributed``)
+and ``benchmarks/sharded.py``.
+
+``python tests/sharding_cases.py DEVICES CASE ...`` runs the checks on ``DEVICES`` host devices and
+prints one JSON object: for every case the largest deviation of the sharded field from the
+one-device field (``field``), of ``steps`` RK4 steps (``trajectory``, for the cases listed in
+``TRAJECTORIES``) and the field's size (``scale``, so that a comparison of zeros cannot pass).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+N, D = 50, 4  # 50 tokens on 4 devices: 13 rows each, the last shard padded by 2 rows
+STEPS, DT = 10, 0.05
+TRAJECTORIES = ("rope_bias_sa_causal", "heads_rope_alibi_causal", "expansion_rope_toeplitz")
+FIELD_CASES = (
+    "paper_dense",
+    "rope_bias_sa_causal",
+    "prompt_toeplitz_strict_logits",
+    "rope_matrix_blocks",
+    "identity_sa_strict",
+    "heads_rope_alibi_causal",
+    "heads_prompt_matrix_sa_strict",
+    "expansion_rope_toeplitz",
+    "expansion_identity_sa_logits",
+)
+
+
+def build(case: str, n: int = N, d: int = D):
+    """The one-device field of ``case`` (an ``AttentionField`` or a ``HeadsField``) on ``n`` tokens."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from attnflow.core import factors, gauges
+    from attnflow.core import heads as H
+    from attnflow.core.kernel import Kernel, make_profile
+    from attnflow.numerics import dynamics
+    from attnflow.numerics.heads_field import HeadsField
+
+    xi = np.arange(n, dtype=float)
+    profile = make_profile("exp", beta=2.0)
+    rope = lambda dim: gauges.make_rope(xi, dim, gauges.rope_frequencies(dim, kind="roformer"))  # noqa: E731
+    prompt = lambda dim: gauges.make_prompt_gauge(np.arange(n) % 3, gauges.haar_orthogonal(7, 3, dim))  # noqa: E731
+    bias = factors.DistanceBias(xi=jnp.asarray(xi), slope=jnp.asarray(0.1))
+    w = np.exp(-np.abs(np.subtract.outer(xi, xi)) / 7.0) * (1.0 + 0.5 * np.cos(np.add.outer(xi, xi)))
+    matrix = factors.make_matrix_factor(np.abs(w), n=n)
+    toeplitz = factors.ToeplitzCos(xi=jnp.asarray(xi), omega=jnp.asarray(0.3))
+    kernel = lambda gauge, factor: Kernel(gauge, factor, profile)  # noqa: E731
+    field = dynamics.make_vector_field
+    if case == "paper_dense":
+        return field(kernel(gauges.IdentityGauge(n=n, d=d), factors.NoFactor(n=n)))
+    if case == "rope_bias_sa_causal":
+        return field(kernel(rope(d), bias), normalization="sa", causal=True, sources=2, block_size=16)
+    if case == "prompt_toeplitz_strict_logits":
+        return field(kernel(prompt(d), toeplitz), causal="strict", value="logits_only")
+    if case == "rope_matrix_blocks":
+        return field(kernel(rope(d), matrix), block_size=8)
+    identity = gauges.IdentityGauge(n=n, d=d)
+    if case == "identity_sa_strict":
+        return field(kernel(identity, factors.NoFactor(n=n)), normalization="sa", causal="strict")
+    # the expansion at beta = 1 and a loose tolerance: a low degree, a cheap compile (the sharded and
+    # the one-device evaluation use the same features whatever the tolerance)
+    expansion = dict(interaction="expansion", tolerance=1e-6)
+    mild = lambda gauge, factor: Kernel(gauge, factor, make_profile("exp", beta=1.0))  # noqa: E731
+    if case == "expansion_rope_toeplitz":
+        return field(mild(rope(d), toeplitz), **expansion)
+    if case == "expansion_identity_sa_logits":
+        sa_logits = dict(normalization="sa", value="logits_only")
+        return field(mild(identity, factors.NoFactor(n=n)), **sa_logits, **expansion)
+    head_dim = 4
+    maps = H.gaussian_maps(3, 2, head_dim, d)
+    slopes = H.alibi_slopes(2)
+    if case == "heads_rope_alibi_causal":
+        heads = [
+            H.make_head(
+                *(maps[name][h] for name in H.MAP_NAMES),
+                gauge=rope(head_dim),
+                factor=factors.DistanceBias(xi=jnp.asarray(xi), slope=jnp.asarray(slopes[h])),
+                values="plain",
+            )
+            for h in range(2)
+        ]
+        return HeadsField(tuple(heads), profile, causal=True, block_size=16)
+    if case == "heads_prompt_matrix_sa_strict":
+        heads = [
+            H.make_head(*(maps[name][h] for name in H.MAP_NAMES), gauge=prompt(head_dim), factor=matrix)
+            for h in range(2)
+        ]
+        return HeadsField(tuple(heads), profile, normalization="sa", causal="strict", sources=1)
+    raise ValueError(f"sharding_cases: `case` must be one of {FIELD_CASES}; got {case!r}.")
+
+
+def _steps(field, x):
+    """``STEPS`` RK4 steps of ``DT`` from ``x`` (``attnflow.numerics.solve.integrate``)."""
+    from attnflow.numerics import integrators
+    from attnflow.numerics.solve import integrate
+
+    return integrate(field, x, integrator=integrators.RK4(), dt=DT, steps=STEPS)
+
+
+def measure(cases, *, placement=None, n: int = N, d: int = D) -> dict:
+    """For each case: ``field``, ``trajectory`` (or None) and ``scale`` (see the module docstring)."""
+    import jax
+    import jax.numpy as jnp
+
+    from attnflow.core import sphere
+    from attnflow.numerics import sharding
+
+    x = sphere.sample_uniform(0, n, d)
+    out = {}
+    for case in cases:
+        field = build(case, n, d)
+        sharded = sharding.shard_tokens(field, placement)
+        one = jax.jit(field)(x)
+        many = jax.jit(lambda f, x: f(x))(sharded, x)  # the sharded field as a pytree argument
+        result = {"field": float(jnp.max(jnp.abs(many - one))), "scale": float(jnp.max(jnp.abs(one)))}
+        result["trajectory"] = None
+        if case in TRAJECTORIES:
+            ref = jax.jit(lambda x, field=field: _steps(field, x))(x)
+            got = jax.jit(_steps)(sharded, x)
+            result["trajectory"] = float(jnp.max(jnp.abs(got - ref)))
+        out[case] = result
+    return out
+
+
+def main(argv: list[str]) -> None:
+    devices = int(argv[0])
+    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    result = {"devices": len(jax.devices()), "cases": measure(argv[1:] or FIELD_CASES)}
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
