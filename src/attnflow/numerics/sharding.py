@@ -245,30 +245,121 @@ def _heads_rows(field: HeadsField, axis: str, n: int, x, heads, profile):
 
 
 def _expansion_plan(field: AttentionField, dtype):
-    """The expansion's degree and feature weights, from the field's concrete β (before tracing)."""
+    """The expansion's degree and feature weights, from the field's concrete β, and the direction
+    of the labels of a causal distance bias (both needed before tracing)."""
     kernel, d = field.kernel, field.kernel.gauge.d
     degree = expansion._check(kernel, d, field.normalization, field.tolerance)
-    return expansion._Plan(expansion._beta(kernel), degree, d, dtype)
+    direction = 1.0
+    if field.causal is not False and isinstance(kernel.factor, factors.DistanceBias):
+        direction = expansion._monotone_direction(kernel.factor.xi)
+    return expansion._Plan(expansion._beta(kernel), degree, d, dtype), direction
 
 
-def _expansion_rows(field: AttentionField, plan, axis: str, n: int, x, gauge, factor, profile):
-    """One device's rows of the expansion without a mask: the moments of the local tokens are added
-    over the devices (``psum``), then each device evaluates its rows against them."""
+def _prefix_sum_from(plan, profile, q, k, y, a, zeta, slope, carry, *, strict: bool, same: bool):
+    """``expansion._prefix_sum`` started from ``carry = (moments, zeta_ref)`` (the moments of every
+    earlier token, decayed to the label ``zeta_ref``) instead of zero: the rows of one shard."""
+    c = expansion.PREFIX_CHUNK
+    chunked = expansion._chunked
+    chunks = (chunked(q, c), chunked(k, c), chunked(y, c), chunked(a, c), chunked(zeta, c, edge=True))
+    local = jnp.arange(c)
+    below = local[None, :] < local[:, None] if strict else local[None, :] <= local[:, None]
+
+    def step(carry, chunk):
+        moments, zeta_ref = carry
+        qc, kc, yc, ac, zc = chunk
+        key_features = plan.features(kc)
+        query_features = key_features if same else plan.features(qc)
+        into = ac * jnp.exp(-slope * (zc - zeta_ref))[:, None]
+        across = expansion._gather(into, query_features @ (moments * plan.weights[:, None]))
+        gap = jnp.maximum(zc[:, None] - zc[None, :], 0.0)
+        w = jnp.where(below, (ac @ ac.T) * jnp.exp(-slope * gap), 0.0)
+        inside = (w * profile.dphi_unit((kc if same else qc) @ kc.T).astype(k.dtype)) @ yc
+        zeta_last = zc[-1]
+        out_of = ac * jnp.exp(-slope * (zeta_last - zc))[:, None]
+        moments = jnp.exp(-slope * (zeta_last - zeta_ref)) * moments + key_features.T @ expansion._spread(
+            out_of, yc
+        )
+        return (moments, zeta_last), across + inside
+
+    _, out = jax.lax.scan(step, carry, chunks)
+    return out.reshape(-1, y.shape[1])[: k.shape[0]]
+
+
+def _sharded_prefix(plan, profile, u, y, a, zeta, slope, *, strict: bool, axis: str, shards: int):
+    """``expansion._prefix_sum`` of every token (``u``, ``y``, ``a``, ``zeta`` in processing order, on
+    every device) with the order cut into ``shards`` contiguous pieces of whole ``PREFIX_CHUNK``
+    chunks, so that the pairs summed exactly are those of one device. Each device sums its piece
+    from the carry of the pieces before it: their moments (``all_gather``, ``R × T d'`` each)
+    folded in order (a ``lax.scan`` over the pieces). Returns the sums of every token."""
+    n = u.shape[0]
+    chunk = expansion.PREFIX_CHUNK
+    rows = -(-n // (shards * chunk)) * chunk
+    total = rows * shards
+    zeros = lambda t: jnp.pad(t, [(0, total - n)] + [(0, 0)] * (t.ndim - 1))  # noqa: E731
+    u, zeta, y, a = _padded_rows(u, total), _padded_rows(zeta, total), zeros(y), zeros(a)  # padding adds 0
+    p = jax.lax.axis_index(axis)
+    up, yp, ap, zp = (jax.lax.dynamic_slice_in_dim(t, p * rows, rows) for t in (u, y, a, zeta))
+    last = zp[-1]
+    own = plan.features(up).T @ expansion._spread(ap * jnp.exp(-slope * (last - zp))[:, None], yp)
+    owns, lasts = jax.lax.all_gather(own, axis), jax.lax.all_gather(last, axis)
+
+    def fold(carry, piece):
+        moments, zeta_ref = carry
+        own_q, last_q, q = piece
+        folded = (jnp.exp(-slope * (last_q - zeta_ref)) * moments + own_q, last_q)
+        return jax.tree.map(lambda new, old: jnp.where(q < p, new, old), folded, carry), None
+
+    start = (jnp.zeros_like(own), zeta[0])
+    carry, _ = jax.lax.scan(fold, start, (owns, lasts, jnp.arange(shards)))
+    out = _prefix_sum_from(plan, profile, up, up, yp, ap, zp, slope, carry, strict=strict, same=True)
+    return jax.lax.all_gather(out, axis, tiled=True)[:n]
+
+
+def _expansion_rows(field: AttentionField, prepared, axis: str, n: int, x, gauge, factor, profile):
+    """One device's rows of the expansion. No mask and no distance bias: the moments of the local
+    tokens are added over the devices (``psum``), then each device evaluates its rows against them.
+    Otherwise the prefix sums of ``_sharded_prefix``, in token order (causal) or in label order
+    (the distance bias: the tokens before and after each one, as ``expansion._kernel_sum``)."""
+    plan, direction = prepared
     offset = jax.lax.axis_index(axis) * x.shape[0]
-    d = x.shape[1]
+    d, dtype = x.shape[1], x.dtype
     u = gauge.apply(x)
     y = u if field.value == "gradient" else x
     sa = field.normalization == "sa"
     if sa:
-        y = jnp.concatenate([y, jnp.ones((y.shape[0], 1), x.dtype)], axis=1)
-    global_idx = jnp.minimum(offset + jnp.arange(x.shape[0]), n - 1)
-    a = expansion._label_terms(factor, n, x.dtype)[global_idx]
-    real = (offset + jnp.arange(x.shape[0]) < n).astype(x.dtype)[:, None]  # padding rows add nothing
-    features = plan.features(u)
-    moments = jax.lax.psum(features.T @ expansion._spread(a * real, y), axis)
-    summed = expansion._gather(a, features @ (moments * plan.weights[:, None]))
-    dv = d
-    g = _normalised(summed, dv, sa=sa, scale=profile.scale, n=n, guard=False)
+        y = jnp.concatenate([y, jnp.ones((y.shape[0], 1), dtype)], axis=1)
+    rows = jnp.arange(x.shape[0])
+    global_idx = jnp.minimum(offset + rows, n - 1)
+    labels = expansion._label_terms(factor, n, dtype)
+    bias = isinstance(factor, factors.DistanceBias)
+    if field.causal is False and not bias:
+        a = labels[global_idx]
+        real = (offset + rows < n).astype(dtype)[:, None]  # padding rows add nothing
+        features = plan.features(u)
+        moments = jax.lax.psum(features.T @ expansion._spread(a * real, y), axis)
+        summed = expansion._gather(a, features @ (moments * plan.weights[:, None]))
+    else:
+        shards = jax.lax.axis_size(axis)
+        prefix = lambda u, y, zeta, slope, strict: _sharded_prefix(  # noqa: E731
+            plan, profile, u, y, labels, zeta, slope, strict=strict, axis=axis, shards=shards
+        )
+        u_all, y_all = _gathered(u, axis, n), _gathered(y, axis, n)
+        if field.causal is not False:
+            strict = field.causal == "strict"
+            if bias:
+                zeta, slope = direction * factor.xi.astype(dtype), factor.slope.astype(dtype)
+            else:
+                zeta, slope = jnp.zeros(n, dtype), jnp.zeros((), dtype)
+            summed_all = prefix(u_all, y_all, zeta, slope, strict)
+        else:
+            order = jnp.argsort(factor.xi)
+            zeta, slope = factor.xi.astype(dtype)[order], factor.slope.astype(dtype)
+            us, ys = u_all[order], y_all[order]
+            before = prefix(us, ys, zeta, slope, False)
+            after = prefix(us[::-1], ys[::-1], -zeta[::-1], slope, True)
+            summed_all = jnp.zeros_like(y_all).at[order].set(before + after[::-1])
+        summed = summed_all[global_idx]
+    g = _normalised(summed, d, sa=sa, scale=profile.scale, n=n, guard=field.causal == "strict")
     if field.value == "gradient":
         g = gauge.apply_transpose(g)
     return _gathered(_held(project(x, g), offset, field.sources), axis, n)
@@ -338,13 +429,6 @@ class ShardedField:
                     "sharding: `interaction` 'expansion' is sharded for the paper's field only; got a "
                     "HeadsField. Use interaction 'exact'."
                 )
-            factor = self.field.kernel.factor
-            if self.field.causal is not False or isinstance(factor, factors.DistanceBias):
-                raise ValueError(
-                    "sharding: the expansion's prefix sums (`causal` or the distance bias) are not sharded; "
-                    f"got causal = {self.field.causal!r} with {type(factor).__name__}. "
-                    "Use interaction 'exact'."
-                )
 
     @property
     def numbers_traceable(self) -> bool:
@@ -380,8 +464,8 @@ class ShardedField:
             kernel = field.kernel
             factor = pad(kernel.factor) if _row_sharded(kernel.factor) else kernel.factor
             if field.interaction == "expansion":
-                plan = _expansion_plan(field, x.dtype)
-                body = lambda x, g, f, p: _expansion_rows(field, plan, placement.axis, n, x, g, f, p)  # noqa: E731
+                prepared = _expansion_plan(field, x.dtype)
+                body = lambda x, g, f, p: _expansion_rows(field, prepared, placement.axis, n, x, g, f, p)  # noqa: E731
             else:
                 body = lambda x, g, f, p: _attention_rows(field, placement.axis, n, x, g, f, p)  # noqa: E731
             operands = (pad(kernel.gauge), factor, kernel.profile)
