@@ -50,6 +50,7 @@ def test_orbit_run_folder(targets, tmp_path):
     )
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in out.iterdir()) == [
+        ".attnflow-run",  # the run folder's marker (attnflow.io.run_folder)
         "config.json",
         "figures",
         "metrics.json",
@@ -151,5 +152,5 @@ def test_non_empty_out_is_refused(targets, tmp_path):
     (out / "keep.txt").write_text("mine")
     result = invoke("--target", str(targets["orbit"]), "--kind", "orbit", "--out", str(out))
     assert result.exit_code == 2
-    assert "`--out` must be a new or empty folder" in result.stderr
+    assert "must be a new or empty folder or a realize folder" in result.stderr
     assert [p.name for p in out.iterdir()] == ["keep.txt"]

@@ -36,27 +36,34 @@ def test_the_entry_runs_the_command_line(tmp_path):
     assert done.returncode == 0 and "Exit codes: 0 done as asked" in done.stdout, done.stderr
 
 
-def test_reproduce_ctrl_c_in_a_gc_callback_is_noted_and_raised_at_the_next_progress_call():
+def test_ctrl_c_in_a_gc_callback_is_noted_and_raised_at_the_next_progress_call():
     """A SIGINT that lands in JAX's garbage-collector callback would only be printed by Python (the
-    run would go on): the handler notes it there and the next progress call raises it."""
+    run would go on): the handler notes it there and the next progress call raises it; a second
+    SIGINT while the command stops is noted, not raised (its record of the first completes)."""
     import types
 
     from attnflow.cli import interrupts
 
-    interrupts.NOTED.clear()
-    in_gc = types.SimpleNamespace(f_code=types.SimpleNamespace(co_name="_xla_gc_callback"))
-    interrupts.note_or_raise(signal.SIGINT, in_gc)  # no raise
-    calls = []
-    progress = interrupts.raising_noted(lambda done, total: calls.append(done))
-    with pytest.raises(KeyboardInterrupt):
-        progress(1, 4)
-    assert calls == []
-    interrupts.NOTED.clear()
-    with pytest.raises(KeyboardInterrupt):
-        interrupts.note_or_raise(
-            signal.SIGINT, types.SimpleNamespace(f_code=types.SimpleNamespace(co_name="run"))
-        )
-    interrupts.NOTED.clear()
+    interrupts.install()
+    try:
+        in_gc = types.SimpleNamespace(f_code=types.SimpleNamespace(co_name="_xla_gc_callback"))
+        interrupts.handler(signal.SIGINT, in_gc)  # no raise
+        calls = []
+        progress = interrupts.checked(lambda done, total: calls.append(done))
+        with pytest.raises(KeyboardInterrupt):
+            progress(1, 4)
+        assert calls == []
+        progress(2, 4)  # raised once: the command is stopping
+        assert calls == [2]
+        interrupts.install()
+        elsewhere = types.SimpleNamespace(f_code=types.SimpleNamespace(co_name="run"))
+        with pytest.raises(KeyboardInterrupt):
+            interrupts.handler(signal.SIGINT, elsewhere)
+        interrupts.handler(signal.SIGINT, elsewhere)  # the second: noted only
+        assert len(interrupts.NOTED) == 2
+    finally:
+        interrupts.install()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def test_ctrl_c_after_the_command_is_done_keeps_its_exit_code(tmp_path):

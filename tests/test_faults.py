@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from attnflow.cli import app
+from attnflow.io import run_folder
 from attnflow.io.config import load_config
 from attnflow.io.store import read_trajectory
 from attnflow.workflows import run as run_module
@@ -153,14 +154,15 @@ def test_resume_of_a_noisy_run_is_refused(config_file, tmp_path):
 
 def test_folder_locked_by_a_running_run_is_refused(tmp_path):
     out = tmp_path / "run"
-    lock, _ = run_module._claim_folder(out, resume=False, overwrite=False)
-    try:
-        with pytest.raises(ValueError, match="got a run folder"):
-            run_module._claim_folder(out, resume=False, overwrite=False)
+    with run_folder.claimed(out, run_folder.RUN):
+        assert run_folder.in_use(out)
         with pytest.raises(ValueError, match="must not be in use; got a folder another run is writing now"):
-            run_module._claim_folder(out, resume=True, overwrite=False)
-    finally:
-        os.close(lock)
+            with run_folder.claimed(out, run_folder.RUN, resume=True):
+                pass
+    assert not run_folder.in_use(out)
+    with pytest.raises(ValueError, match="got a run folder. Pass --resume"):
+        with run_folder.claimed(out, run_folder.RUN):
+            pass
 
 
 def test_zero_factor_writes_a_null_gap(tmp_path):

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from attnflow.io.out_folder import OutFolderError, check_out_folder
+from attnflow.io.run_folder import OutFolderError, check_out_folder
 
 
 def test_a_new_folder_under_a_writable_one_is_accepted_and_not_created(tmp_path):

@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 
 from attnflow.cli import app
 from attnflow.io import reproduce_folder
-from attnflow.io.out_folder import OutFolderError
 from attnflow.io.outcomes import FigureData, JobResult
+from attnflow.io.run_folder import OutFolderError
 from attnflow.workflows import reproduce
 
 TINY = ("--quick", "--sizes", "8", "--seeds", "1", "--workers", "1")  # the smallest runs of the files
@@ -64,7 +64,7 @@ def test_a_folder_of_other_files_is_refused_whatever_the_options(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
     for options in ({}, {"resume": True}, {"overwrite": True}):
         options = {"resume": False, "overwrite": False} | options
-        with pytest.raises(OutFolderError, match=r"must be empty or a reproduce folder; got other files"):
+        with pytest.raises(OutFolderError, match=r"or a reproduce folder; got other files"):
             reproduce_folder.check_folder(tmp_path, SETTINGS, **options)
     assert snapshot(tmp_path) == {"notes.txt": b"mine"}
     with pytest.raises(OutFolderError, match=r"`--resume` and `--overwrite` must not be given together"):
@@ -77,7 +77,7 @@ def test_a_folder_of_other_files_is_refused_whatever_the_options(tmp_path):
 
 
 def test_resume_with_other_settings_names_every_difference(tmp_path):
-    reproduce_folder.prepare_folder(tmp_path, SETTINGS, overwrite=False)
+    reproduce_folder.prepare_folder(tmp_path, SETTINGS)
     other = reproduce_folder.make_settings(quick=False, sizes=[8], n_seeds=2, overrides=["solver.method=rk4"])
     with pytest.raises(OutFolderError) as error:
         reproduce_folder.check_folder(tmp_path, other, resume=True, overwrite=False)
@@ -144,15 +144,15 @@ def test_a_non_empty_out_is_refused_in_one_line_and_left_as_it_was(tmp_path, ran
     again = invoke("--only", "E0", "--out", str(out))
     assert again.exit_code == 2
     assert lines(again.output) == [
-        f"error: --out: {str(out)!r} must be empty; got an earlier reproduce run. Pass --resume to continue "
-        "it or --overwrite to replace it."
+        f"error: --out: {str(out)!r} must be a new or empty folder; got a reproduce folder. Pass --resume to "
+        "continue it or --overwrite to replace it."
     ]
     assert snapshot(out) == before and ran == ["E0"]
     other = tmp_path / "other"
     other.mkdir()
     (other / "notes.txt").write_text("mine")
     refused = invoke("--only", "E0", "--out", str(other), "--overwrite")
-    assert refused.exit_code == 2 and "must be empty or a reproduce folder" in refused.output
+    assert refused.exit_code == 2 and "must be a new or empty folder or a reproduce folder" in refused.output
     assert snapshot(other) == {"notes.txt": b"mine"}
 
 

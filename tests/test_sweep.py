@@ -499,14 +499,16 @@ def test_a_scheduler_that_is_not_an_address_or_file_is_one_line(base_file, tmp_p
     assert not out.exists()
 
 
-def _hold_lock(marker: Path) -> subprocess.Popen:
-    """A process that locks ``marker`` as a run writing its folder does, until it is killed."""
+def _hold_lock(folder: Path) -> subprocess.Popen:
+    """A process that holds ``folder`` as a run writing it does (its marker, the folder's lock:
+    attnflow.io.run_folder), until it is killed."""
+    (folder / ".attnflow-run").touch()
     code = (
         "import fcntl, os, sys, time\n"
-        "fd = os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY)\n"
+        "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
         "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('locked', flush=True)\ntime.sleep(600)\n"
     )
-    holder = subprocess.Popen([sys.executable, "-c", code, str(marker)], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen([sys.executable, "-c", code, str(folder)], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline() == "locked\n"
     return holder
 
@@ -522,10 +524,10 @@ def test_a_killed_workers_staging_folder_is_removed_by_the_next_attempt(base_fil
     for folder in (dead, live, fresh, old):
         folder.mkdir(parents=True)
     (dead / "trajectory.zarr").mkdir()  # what a killed run leaves: its store and its marker
-    killed = _hold_lock(dead / ".attnflow-run")
+    killed = _hold_lock(dead)
     killed.kill()  # SIGKILL: its lock dies with it
     killed.wait()
-    writer = _hold_lock(live / ".attnflow-run")
+    writer = _hold_lock(live)
     an_hour_ago = time.time() - 3600
     os.utime(old, (an_hour_ago, an_hour_ago))  # no marker, never published: stale
     try:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import signal
 from collections.abc import Iterator
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -72,7 +71,14 @@ class Group(_Readable, TyperGroup):
 
 
 class Command(_Readable, TyperCommand):
-    pass
+    """A command: Ctrl-C while it runs is one line and exit code 130 (:mod:`attnflow.cli.interrupts`)."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as stop:
+            say(interrupts.stop_line(stop, ctx.info_name))
+            raise typer.Exit(code=EXIT_INTERRUPTED) from None
 
 
 class ConfigCommand(Command):
@@ -170,16 +176,9 @@ def _options(
     ] = False,
 ) -> None:
     """Mean-field self-attention dynamics with frozen auxiliary variables."""
-    # Ctrl-C is the command's from here (the console entry guarded the start-up until now): `run`
-    # notes it while it builds, `reproduce` and `sweep` raise it or note it (cli.interrupts), the
-    # others receive KeyboardInterrupt.
-    interrupts.NOTED.clear()
-    handlers = {
-        "run": interrupts.note,
-        "reproduce": interrupts.note_or_raise,
-        "sweep": interrupts.quiet_and_raise,
-    }
-    signal.signal(signal.SIGINT, handlers.get(ctx.invoked_subcommand, signal.default_int_handler))
+    # Ctrl-C from here: one policy for every command (cli.interrupts)
+    if ctx.invoked_subcommand is not None:
+        interrupts.install()
 
 
 def one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ARG001

@@ -10,7 +10,6 @@ import typer
 from attnflow.cli import interrupts
 from attnflow.cli.app import (
     EXIT_EXPECTATION_FAILED,
-    EXIT_INTERRUPTED,
     SEED_MAX,
     SET,
     Command,
@@ -34,7 +33,7 @@ from attnflow.cli.console import print_summary, say, stdout
 from attnflow.cli.progress import job_stages, progress_report
 from attnflow.io.arrays import ArrayFileError, check_array_file
 from attnflow.io.cache_folder import check_cache_folder
-from attnflow.io.out_folder import check_out_folder
+from attnflow.io.run_folder import REALIZE, check_claim, check_out_folder
 
 
 @app.command(cls=Command)
@@ -94,38 +93,32 @@ def reproduce(
     ] = False,
 ) -> None:
     """Run the paper's experiments E0-E9, check every expectation, write the report."""
-    try:
-        with user_errors():  # the option strings and the cache folder, before the library is imported
-            only_text(only), sizes_text(sizes)
-            check_cache_folder()
-        from attnflow.io.config import apply_overrides
-        from attnflow.io.reproduce_folder import make_settings
-        from attnflow.numerics.program_cache import enable_persistent_cache
-        from attnflow.viz.report import failure_lines, summary_table
-        from attnflow.workflows.reproduce import reproduce as run_reproduce
-        from attnflow.workflows.reproduce import resume_command
-        from attnflow.workflows.reproduce_plan import parse_only, parse_sizes
+    with user_errors():  # the option strings and the cache folder, before the library is imported
+        only_text(only), sizes_text(sizes)
+        check_cache_folder()
+    from attnflow.io.config import apply_overrides
+    from attnflow.io.reproduce_folder import make_settings
+    from attnflow.numerics.program_cache import enable_persistent_cache
+    from attnflow.viz.report import failure_lines, summary_table
+    from attnflow.workflows.reproduce import reproduce as run_reproduce
+    from attnflow.workflows.reproduce import resume_command
+    from attnflow.workflows.reproduce_plan import parse_only, parse_sizes
 
-        with user_errors():
-            enable_persistent_cache()  # a cache folder another user could write: one line, exit 2
-            ids, token_counts = parse_only(only), parse_sizes(sizes)
-            apply_overrides({}, set_)  # malformed --set values, before any experiment is read
-            check_out_folder(out)
-            with (
-                disk_failures(out, kept="every experiment it finished (--resume continues)"),
-                progress_report("reproduce", "compiling") as report,
-            ):
-                options = dict(quick=quick, only=ids, sizes=token_counts, n_seeds=seeds, workers=workers)
-                options.update(overrides=tuple(set_), resume=resume, overwrite=overwrite)
-                progress = interrupts.raising_noted(job_stages(report))
-                outcome = run_reproduce(out, **options, progress=progress, on_stage=report.stage)
-    except KeyboardInterrupt as stop:
-        if getattr(stop, "kept", None) is None:  # not a ReproduceInterrupted: before the folder was touched
-            say("interrupted before reproduce started: nothing was written.")
-        else:
-            settings = make_settings(quick=quick, sizes=token_counts, n_seeds=seeds, overrides=set_)
-            say(f"{stop}; `{resume_command(out, settings, ids)}` continues")
-        raise typer.Exit(code=EXIT_INTERRUPTED) from None
+    with user_errors():
+        enable_persistent_cache()  # a cache folder another user could write: one line, exit 2
+        ids, token_counts = parse_only(only), parse_sizes(sizes)
+        apply_overrides({}, set_)  # malformed --set values, before any experiment is read
+        check_out_folder(out)
+        settings = make_settings(quick=quick, sizes=token_counts, n_seeds=seeds, overrides=set_)
+        interrupts.on_stop(continues=f"`{resume_command(out, settings, ids)}` continues")
+        with (
+            disk_failures(out, kept="every experiment it finished (--resume continues)"),
+            progress_report("reproduce", "compiling") as report,
+        ):
+            options = dict(quick=quick, only=ids, sizes=token_counts, n_seeds=seeds, workers=workers)
+            options.update(overrides=tuple(set_), resume=resume, overwrite=overwrite)
+            progress = interrupts.checked(job_stages(report))
+            outcome = run_reproduce(out, **options, progress=progress, on_stage=report.stage)
     stdout.print(summary_table(outcome))
     for line in failure_lines(outcome):
         say(line)
@@ -175,6 +168,9 @@ def realize(
             "first, the gauges chosen from the consensus it reaches: realised to round-off).",
         ),
     ] = "a-priori",
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", metavar="", help="Replace the realisation in --out.")
+    ] = False,
 ) -> None:
     """Realise a target law: build the gauge, run the dynamics, write the run folder."""
     with user_errors():  # the cache folder and the target file, before JAX is imported
@@ -183,20 +179,23 @@ def realize(
             check_array_file(target)
         except ArrayFileError as error:
             raise ValueError(f"realize: `--target` {error}.") from None
+        out = check_out_folder(out if out is not None else Path("runs") / f"realize-{kind}-{target.stem}")
+        check_claim(out, REALIZE, overwrite=overwrite)
     from attnflow.numerics.program_cache import enable_persistent_cache
     from attnflow.workflows.realize import SUMMARY_KEYS as REALIZE_KEYS
     from attnflow.workflows.realize import run_realisation
 
     with user_errors():
         enable_persistent_cache()  # a cache folder another user could write: one line, exit 2
-        out = check_out_folder(out if out is not None else Path("runs") / f"realize-{kind}-{target.stem}")
         with (
             disk_failures(out, kept="every completed snapshot"),
             progress_report("realize", "simulating") as bar,
         ):
-            result = run_realisation(
-                target, kind=kind, n=n, out=out, seed=seed, t_end=t_end, mode=mode, progress=bar
+            interrupts.on_stop(
+                kept=f"{str(out)!r} keeps the snapshots computed so far (--overwrite runs it again)"
             )
+            options = dict(n=n, out=out, seed=seed, t_end=t_end, mode=mode, overwrite=overwrite)
+            result = run_realisation(target, kind=kind, **options, progress=interrupts.checked(bar))
     rows = {k: result.get(k) for k in REALIZE_KEYS}
     rows.update(status=result["run"]["status"], wall_time_s=result["run"]["wall_time_s"], folder=str(out))
     print_summary(f"attnflow realize --kind {kind} {target.name}", rows)

@@ -9,7 +9,6 @@ import typer
 
 from attnflow.cli import interrupts
 from attnflow.cli.app import (
-    EXIT_INTERRUPTED,
     EXIT_UNFINISHED,
     SET,
     Command,
@@ -28,7 +27,7 @@ from attnflow.cli.arguments import (
 )
 from attnflow.cli.console import print_summary, say, stdout
 from attnflow.cli.progress import progress_report
-from attnflow.io.out_folder import check_out_folder
+from attnflow.io.run_folder import LANDSCAPE, check_claim, check_out_folder
 
 
 @app.command(cls=ConfigCommand)
@@ -111,16 +110,11 @@ def sweep(
         if scheduler is not None:
             check_scheduler(scheduler)
         kept = "every finished point (a second run skips them)"
-        try:
-            with disk_failures(out, kept=kept), progress_report("sweep", "simulating") as report:
-                progress = interrupts.raising_noted(report)
-                summary = run_sweep(
-                    plan, out, scheduler=scheduler, workers=workers, progress=progress, tls=tls
-                )
-        except KeyboardInterrupt:
-            say(f"interrupted: {str(out)!r} keeps every finished point; the same command continues "
-                "(finished points are skipped).")  # fmt: skip
-            raise typer.Exit(code=EXIT_INTERRUPTED) from None
+        interrupts.on_stop(kept=f"{str(out)!r} keeps every finished point; the same command continues "
+                           "(finished points are skipped).")  # fmt: skip
+        with disk_failures(out, kept=kept), progress_report("sweep", "simulating") as report:
+            progress = interrupts.checked(report)
+            summary = run_sweep(plan, out, scheduler=scheduler, workers=workers, progress=progress, tls=tls)
     for message, count in summary.warnings.items():
         say(f"warning ({count} points): {message}")
     for digest, error in summary.failures.items():
@@ -186,6 +180,9 @@ def landscape(
             help="Follow every state in a parameter: beta=0.5:5:0.1.",
         ),
     ] = None,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", metavar="", help="Replace the landscape in --out.")
+    ] = False,
 ) -> None:
     """Find the stationary states of the energy (Newton), their Morse index (Lanczos), branches."""
     with user_errors():  # the inputs first, before JAX is imported
@@ -193,13 +190,13 @@ def landscape(
 
         continuation_text(continue_)
         cfg = load_config(config, set_)
-        check_out_folder(out)
+        check_claim(check_out_folder(out), LANDSCAPE, overwrite=overwrite)
     from attnflow.workflows.landscape import parse_continuation, run_landscape
 
     with user_errors():
         continuation = None if continue_ is None else parse_continuation(continue_)
         with disk_failures(out):
-            result = run_landscape(cfg, out, starts=starts, continuation=continuation)
+            result = run_landscape(cfg, out, starts=starts, continuation=continuation, overwrite=overwrite)
     best = result.states[0] if result.states else None
     rows = {"states": len(result.states), "starts": len(result.starts)}
     if best is not None:

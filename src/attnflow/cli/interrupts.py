@@ -1,49 +1,88 @@
-"""Ctrl-C at the command line: noted where raising it would be lost (while importing and building,
-in a garbage-collector callback) and raised at the next safe point, a progress call.
+"""Ctrl-C: one policy for every command, set at the command line's edge.
 
-The handler of each command (set by the command line's callback): ``run`` notes it while it builds
-(the run then handles SIGINT itself), ``reproduce`` raises it or notes it, ``sweep`` silences the
-Dask cluster's loggers (its teardown logs every dropped task as an error) and raises it or notes
-it; the others get Python's KeyboardInterrupt. Each command that writes turns it into one line
-saying what was kept and exit code 130.
+1. While the command starts (importing the package), the console entry (``attnflow_entry``) ends
+   the process with one line and exit code 130.
+2. From the command line's callback on, :func:`handler` takes SIGINT for every command and raises
+   KeyboardInterrupt where it lands. The folders need nothing more: their writes are ordered so
+   that a stop at any moment leaves a folder that ``--resume`` continues
+   (:mod:`attnflow.io.run_folder` says how). What raising at once does not cover, and this
+   policy does:
+
+   - a SIGINT that lands in a finaliser or a garbage-collector callback (JAX registers some),
+     where Python would only print the exception: it is noted and raised at the next progress
+     call (:func:`checked`);
+   - a second SIGINT while the command stops (closing its store, writing its status, saying
+     what it kept): noted, not raised, so that the record of the first one is complete;
+   - Dask's teardown logs every task it drops as an error: the ``distributed`` loggers are
+     silenced before the interrupt is raised.
+3. The command's KeyboardInterrupt becomes one line and exit code 130 (:func:`stop_line`, called
+   by every command, ``attnflow.cli.app.Command``): what was kept and the command that continues,
+   as the command said with :func:`on_stop`, or that nothing was written.
+4. Once the command is done, SIGINT is ignored (``attnflow_entry``): the exit code is the
+   command's, not a death by signal during the interpreter's teardown.
 """
 
 from __future__ import annotations
 
 import logging
+import signal
+import sys
 
-NOTED: list[int] = []  # SIGINTs received by `run` (process state, like the signal handler)
-
-
-def note(signum: int, frame) -> None:  # noqa: ARG001
-    """Ctrl-C while `run` imports and builds: noted, raised at the next safe point (raised here, it
-    could land in a garbage-collector callback, which only prints it)."""
-    NOTED.append(signum)
+NOTED: list[int] = []  # SIGINTs received (process state, like the signal handler itself)
+RAISED: list[int] = []  # of those, the one raised as KeyboardInterrupt
+STOP: dict[str, str] = {}  # what a stopped command says (on_stop)
 
 
-def note_or_raise(signum: int, frame) -> None:
-    """Ctrl-C during `reproduce`: noted, and raised at once unless it arrived in a finaliser or a
-    garbage-collector callback (JAX's), where Python would only print it: the next progress call
-    raises it then."""
-    NOTED.append(signum)
+def install() -> None:
+    """Make :func:`handler` the SIGINT handler of the command about to run (a fresh state)."""
+    NOTED.clear()
+    RAISED.clear()
+    STOP.clear()
+    signal.signal(signal.SIGINT, handler)
+
+
+def _in_finaliser(frame) -> bool:
     name = frame.f_code.co_name if frame is not None else ""
-    if name != "__del__" and "gc_callback" not in name:
-        raise KeyboardInterrupt
+    return name == "__del__" or "gc_callback" in name
 
 
-def quiet_and_raise(signum: int, frame) -> None:
-    """Ctrl-C during `sweep`: the cluster's loggers silenced, then as :func:`note_or_raise`."""
-    logging.getLogger("distributed").setLevel(logging.CRITICAL)
-    note_or_raise(signum, frame)
+def handler(signum: int, frame) -> None:
+    """Raise KeyboardInterrupt, unless the command is already stopping or the signal landed where
+    Python would only print it (then the next progress call raises it)."""
+    NOTED.append(signum)
+    if "distributed" in sys.modules:  # a sweep's cluster: its teardown would log every dropped task
+        logging.getLogger("distributed").setLevel(logging.CRITICAL)
+    if RAISED or _in_finaliser(frame):
+        return
+    RAISED.append(signum)
+    raise KeyboardInterrupt
 
 
-def raising_noted(progress):
-    """``progress`` that raises KeyboardInterrupt at the first snapshot after a SIGINT noted while
-    the run was being built (from the folder's claim on, the run handles SIGINT itself)."""
+def checked(progress):
+    """``progress`` that first raises a SIGINT noted but not yet raised (see :func:`handler`)."""
 
-    def call(done: int, total: int) -> None:
-        if NOTED:
+    def call(*args, **kwargs) -> None:
+        if NOTED and not RAISED:
+            RAISED.append(NOTED[-1])
             raise KeyboardInterrupt
-        progress(done, total)
+        progress(*args, **kwargs)
 
     return call
+
+
+def on_stop(*, continues: str | None = None, kept: str | None = None) -> None:
+    """What the command says if it is stopped from now on: ``continues``, how to continue after the
+    workflow's own account of what it kept (``RunInterrupted``, ``ReproduceInterrupted``); ``kept``,
+    what it keeps when the workflow gives no account (a sweep: its finished points)."""
+    STOP.update({key: text for key, text in (("continues", continues), ("kept", kept)) if text})
+
+
+def stop_line(stop: KeyboardInterrupt, command: str) -> str:
+    """The one line of a stopped command: the workflow's account and the command's continuation,
+    else what the command said it keeps, else that nothing was written."""
+    told = str(stop)
+    if told:
+        return f"{told}; {STOP['continues']}" if "continues" in STOP else told
+    if "kept" in STOP:
+        return f"interrupted: {STOP['kept']}"
+    return f"interrupted before {command} started: nothing was written."

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -10,7 +9,6 @@ import typer
 
 from attnflow.cli import interrupts
 from attnflow.cli.app import (
-    EXIT_INTERRUPTED,
     EXIT_UNFINISHED,
     SET,
     Command,
@@ -24,7 +22,7 @@ from attnflow.cli.arguments import MAX_FPS, MAX_FRAMES, MAX_SHOWN_TOKENS, count_
 from attnflow.cli.console import print_summary, say, stdout
 from attnflow.cli.progress import progress_report, snapshot_stages
 from attnflow.io.cache_folder import check_cache_folder
-from attnflow.io.out_folder import check_out_folder
+from attnflow.io.run_folder import RUN, check_claim, check_out_folder
 
 SUMMARY_KEYS = (
     "energy", "energy_gap", "mean_cosine", "gauge_mean_cosine", "shape", "gauge_shape", "n_clusters", "n_eff",
@@ -34,9 +32,7 @@ SUMMARY_KEYS = (
 
 def _refuse_an_earlier_run_of_this_config(out: Path, *, resume: bool, overwrite: bool) -> None:
     """The default folder ``runs/<config hash>`` already holds a run: the same config ran before."""
-    from attnflow.workflows.run import MARKER
-
-    if (out / MARKER).exists() and not (resume or overwrite):
+    if (out / RUN.marker).exists() and not (resume or overwrite):
         raise ValueError(
             f"run: the default `--out` {str(out)!r} (named after the config's hash) must be new; got the "
             "folder of an earlier run of this same config. Pass --resume to continue it, --overwrite "
@@ -62,39 +58,29 @@ def run(
     ] = False,
 ) -> None:
     """Run one simulation and write its run folder."""
-    signal.signal(signal.SIGINT, interrupts.note)  # Ctrl-C while importing and building: noted
+    with user_errors():  # the inputs first, before JAX is imported: a refusal costs no start-up
+        check_cache_folder()
+        from attnflow.io.config import config_hash, load_config
+
+        cfg = load_config(config, set_)
+        if out is None:
+            out = Path("runs") / config_hash(cfg)
+            _refuse_an_earlier_run_of_this_config(out, resume=resume, overwrite=overwrite)
+        out = check_out_folder(out)
+        check_claim(out, RUN, resume=resume, overwrite=overwrite)  # a run folder: refused before JAX starts
+    from attnflow.numerics.lanes import use_cpu_cores
+    from attnflow.numerics.program_cache import enable_persistent_cache
+    from attnflow.workflows.run import run as run_simulation
+
+    with user_errors():  # a cache folder another user could write: one line, exit 2
+        enable_persistent_cache()
+    use_cpu_cores()  # large n: the tile lanes run on every core (results do not depend on it)
+    interrupts.on_stop(continues=f"metrics.json records status 'interrupted'. Continue with: attnflow run "
+                       f"{config} --out {out} --resume")  # fmt: skip
     try:
-        with user_errors():  # the inputs first, before JAX is imported: a refusal costs no start-up
-            check_cache_folder()
-            from attnflow.io.config import config_hash, load_config
-
-            cfg = load_config(config, set_)
-            if out is None:
-                out = Path("runs") / config_hash(cfg)
-                _refuse_an_earlier_run_of_this_config(out, resume=resume, overwrite=overwrite)
-            out = check_out_folder(out)
-        if interrupts.NOTED:
-            raise KeyboardInterrupt
-        from attnflow.numerics.lanes import use_cpu_cores
-        from attnflow.numerics.program_cache import enable_persistent_cache
-        from attnflow.workflows.run import run as run_simulation
-
-        with user_errors():  # a cache folder another user could write: one line, exit 2
-            enable_persistent_cache()
-        use_cpu_cores()  # large n: the tile lanes run on every core (results do not depend on it)
-        if interrupts.NOTED:
-            raise KeyboardInterrupt
-        with user_errors():
-            with progress_report("run", "building") as report:
-                progress = interrupts.raising_noted(snapshot_stages(report))
-                result = run_simulation(cfg, out, progress=progress, resume=resume, overwrite=overwrite)
-    except KeyboardInterrupt as stop:
-        if getattr(stop, "out_dir", None) is None:  # not a RunInterrupted: before the run claimed its folder
-            say("interrupted before the run started: nothing was written.")
-        else:
-            say(f"{stop}; metrics.json records status 'interrupted'. Continue with: attnflow run "
-                f"{config} --out {out} --resume")  # fmt: skip
-        raise typer.Exit(code=EXIT_INTERRUPTED) from None
+        with user_errors(), progress_report("run", "building") as report:
+            progress = interrupts.checked(snapshot_stages(report))
+            result = run_simulation(cfg, out, progress=progress, resume=resume, overwrite=overwrite)
     except OSError as error:  # the disk failed the run once started; any other OSError is a bug
         if not disk_failure(error, out):
             raise

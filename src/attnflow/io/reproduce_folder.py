@@ -12,10 +12,14 @@
 3. the report (``results.json``, ``report.md``, ``report.html``, ``table.md``, ``figures/``) over
    every experiment recorded in the folder.
 
+The folder's lifecycle (claim, lock, resume, overwrite) is :mod:`attnflow.io.run_folder`'s, with
+this module's :data:`LAYOUT` (a user's other files beside the report are kept, never refused):
+
 - :func:`check_folder`: may reproduce write into ``DIR`` (raises :class:`OutFolderError`, a
-  ``ValueError``, with one line; writes nothing);
-- :func:`claimed`: the same check, then the folder held against a second reproduce;
-- :func:`prepare_folder`: clear (``overwrite``) and remove the earlier report, write the marker;
+  ``ValueError``, with one line; writes nothing); a resumed run must have the folder's settings;
+- :func:`claimed`: the same check, then the folder held against a second reproduce (cleared
+  with ``overwrite``: only what reproduce wrote);
+- :func:`prepare_folder`: remove the earlier report, write the marker with the settings;
 - :func:`write_record`, :func:`read_records`: one experiment's results;
 - :func:`write_report`: write the report and record its files in the marker (a report that did
   not finish is removed).
@@ -24,19 +28,20 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
+import functools
 import json
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from attnflow.io import run_folder
 from attnflow.io.atomic import replacing, write_json
-from attnflow.io.out_folder import OutFolderError
 from attnflow.io.outcomes import FigureData, JobResult
+from attnflow.io.run_folder import OutFolderError
 
 __all__ = [
     "MARKER",
@@ -88,70 +93,28 @@ def _shown(key: str, value: Any) -> str:
     return ",".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
-def check_folder(
-    out_dir: str | os.PathLike, settings: dict[str, Any], *, resume: bool, overwrite: bool
-) -> None:
-    """Raise :class:`OutFolderError` with one line unless reproduce may write into ``out_dir``: a new
-    or empty folder; or a reproduce folder with ``overwrite``, or with ``resume`` and the same
-    settings. A folder holding anything else is refused whatever the options. Writes nothing."""
-    out_dir = Path(out_dir)
-    if resume and overwrite:
-        raise OutFolderError("reproduce: `--resume` and `--overwrite` must not be given together; got both.")
-    if not out_dir.is_dir() or not any(out_dir.iterdir()):
-        return
-    marker = _marker(out_dir)
-    if marker is None:
-        raise OutFolderError(
-            f"--out: {str(out_dir)!r} must be empty or a reproduce folder; got other files and no "
-            f"{MARKER}. Choose a new folder."
+def _check_settings(out_dir: Path, settings: dict[str, Any]) -> None:
+    """A resumed run must have the settings of the run in ``out_dir`` (``--only`` may differ)."""
+    earlier = (_marker(out_dir) or {}).get("settings", {})
+    differ = [key for key in OPTIONS if key in earlier and earlier[key] != settings[key]]
+    if differ:
+        what = "; ".join(
+            f"{OPTIONS[k]} {_shown(k, settings[k])} (folder: {_shown(k, earlier[k])})" for k in differ
         )
-    if not (resume or overwrite):
         raise OutFolderError(
-            f"--out: {str(out_dir)!r} must be empty; got an earlier reproduce run. Pass --resume to "
-            "continue it or --overwrite to replace it."
+            f"--resume: the settings must be those of the run in {str(out_dir)!r}; got {what}. "
+            "Pass --overwrite to start again."
         )
-    if resume:
-        earlier = marker.get("settings", {})
-        differ = [key for key in OPTIONS if key in earlier and earlier[key] != settings[key]]
-        if differ:
-            what = "; ".join(f"{OPTIONS[k]} {_shown(k, settings[k])} (folder: {_shown(k, earlier[k])})"
-                             for k in differ)  # fmt: skip
-            raise OutFolderError(
-                f"--resume: the settings must be those of the run in {str(out_dir)!r}; got {what}. "
-                "Pass --overwrite to start again."
-            )
 
 
-@contextlib.contextmanager
-def claimed(
-    out_dir: str | os.PathLike, settings: dict[str, Any], *, resume: bool, overwrite: bool
-) -> Iterator[None]:
-    """:func:`check_folder`, then hold ``out_dir`` for the body: a second reproduce into the same
-    folder meanwhile is refused (the lock dies with the process, SIGKILL included)."""
-    out_dir = Path(out_dir)
-    check_folder(out_dir, settings, resume=resume, overwrite=overwrite)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(out_dir, os.O_RDONLY)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise OutFolderError(
-                f"--out: {str(out_dir)!r} must not be in use; got a folder another reproduce is writing now."
-            ) from None
-        check_folder(out_dir, settings, resume=resume, overwrite=overwrite)  # as it is now, held
-        yield
-    finally:
-        os.close(fd)
-
-
-def _own_paths(out_dir: Path, marker: dict[str, Any]) -> list[Path]:
+def _own_paths(out_dir: Path) -> list[Path]:
     """Every file reproduce wrote into ``out_dir`` (and temporary files its killed writes left)."""
+    marker = _marker(out_dir) or {}
     report = [out_dir / name for name in marker.get("report", [])]
     folder = out_dir / RECORDS
     records = [p for p in (folder.iterdir() if folder.is_dir() else ()) if RECORD_NAME.fullmatch(p.name)]
-    own = [*report, *sorted(records), out_dir / MARKER]
-    names = {(p.parent, p.name) for p in own}
+    own = [*report, *sorted(records)]
+    names = {(p.parent, p.name) for p in [*own, out_dir / MARKER]}
 
     def written_by_us(path: Path) -> bool:  # a killed atomic write leaves ".<name>.<8 hex>.tmp"
         match = TEMPORARY.fullmatch(path.name)
@@ -160,33 +123,46 @@ def _own_paths(out_dir: Path, marker: dict[str, Any]) -> list[Path]:
             (path.parent, name) in names or (path.parent == folder and RECORD_NAME.fullmatch(name))
         )
 
-    parents = {p.parent for p in own} | {folder}
+    parents = {p.parent for p in own} | {folder, out_dir}
     temporary = [p for parent in parents if parent.is_dir() for p in parent.iterdir() if written_by_us(p)]
-    return own + temporary
+    return [p for p in own if p.exists()] + temporary
 
 
-def _remove(paths: Iterable[Path], out_dir: Path) -> None:
-    folders = set()
-    for path in paths:
-        if path.is_file() or path.is_symlink():
-            path.unlink()
-        folders.add(path.parent)
-    for folder in sorted(folders, key=lambda f: -len(f.parts)):  # now-empty subfolders, deepest first
-        if folder != out_dir and folder.is_dir() and not any(folder.iterdir()):
-            folder.rmdir()
+LAYOUT = run_folder.Layout(
+    "reproduce",
+    MARKER,
+    own=_own_paths,
+    keeps_foreign=True,  # a user's notes beside the report stay
+)
 
 
-def prepare_folder(out_dir: str | os.PathLike, settings: dict[str, Any], *, overwrite: bool) -> None:
-    """Make ``out_dir`` this run's (after :func:`check_folder`): with ``overwrite`` remove every
-    file reproduce wrote there (nothing else); otherwise remove the earlier report (it is written
-    again, over every recorded experiment, when the run ends). Then write the marker."""
+def check_folder(
+    out_dir: str | os.PathLike, settings: dict[str, Any], *, resume: bool, overwrite: bool
+) -> None:
+    """Raise :class:`OutFolderError` with one line unless reproduce may write into ``out_dir``: a new
+    or empty folder; or a reproduce folder with ``overwrite``, or with ``resume`` and the same
+    settings (:func:`attnflow.io.run_folder.check_claim`). Writes nothing."""
+    out_dir = Path(out_dir)
+    run_folder.check_claim(out_dir, LAYOUT, resume=resume, overwrite=overwrite)
+    if resume and (out_dir / MARKER).is_file():
+        _check_settings(out_dir, settings)
+
+
+def claimed(
+    out_dir: str | os.PathLike, settings: dict[str, Any], *, resume: bool, overwrite: bool
+) -> contextlib.AbstractContextManager[run_folder.Claim]:
+    """``out_dir`` held for reproduce (:func:`attnflow.io.run_folder.claimed`): checked, cleared
+    with ``overwrite``; a second reproduce into it meanwhile is refused."""
+    check = functools.partial(_check_settings, settings=settings)
+    return run_folder.claimed(out_dir, LAYOUT, resume=resume, overwrite=overwrite, check=check)
+
+
+def prepare_folder(out_dir: str | os.PathLike, settings: dict[str, Any]) -> None:
+    """Make the claimed ``out_dir`` this run's: remove the earlier report (it is written again,
+    over every recorded experiment, when the run ends), then write the marker."""
     out_dir = Path(out_dir)
     marker = _marker(out_dir) or {}
-    if overwrite:
-        _remove(_own_paths(out_dir, marker), out_dir)
-    else:
-        _remove([out_dir / name for name in marker.get("report", [])], out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    run_folder.remove([out_dir / name for name in marker.get("report", [])], out_dir)
     write_json(out_dir / MARKER, {"format": FORMAT, "settings": settings, "report": []})
 
 
@@ -200,7 +176,7 @@ def write_report(out_dir: str | os.PathLike, write: Callable[[], Iterable[Path]]
     try:
         paths = list(write())
     except BaseException:
-        _remove([p for p in out_dir.rglob("*") if p.is_file() and p not in before], out_dir)
+        run_folder.remove([p for p in out_dir.rglob("*") if p.is_file() and p not in before], out_dir)
         raise
     marker = _marker(out_dir) or {}
     marker["report"] = sorted(str(Path(p).relative_to(out_dir)) for p in paths)

@@ -52,7 +52,8 @@ from attnflow.analysis import landscape, theory
 from attnflow.analysis.shapes import classify_shape
 from attnflow.core import factors, sphere
 from attnflow.core.kernel import Kernel
-from attnflow.io.atomic import write_json, write_text
+from attnflow.io import run_folder
+from attnflow.io.atomic import replacing, write_json, write_text
 from attnflow.io.config import Config, ConfigError, apply_overrides, config_from_dict, resolved_dict
 from attnflow.numerics.dynamics import make_vector_field
 from attnflow.numerics.solve import solve
@@ -464,9 +465,12 @@ def run_landscape(
     seed: int = 0,
     continuation: Continuation | None = None,
     gradient_tol: float = landscape.GRADIENT_TOL,
+    overwrite: bool = False,
 ) -> LandscapeResult:
-    """Find the stationary states of ``config``'s kernel, optionally continue them, write ``out``."""
+    """Find the stationary states of ``config``'s kernel, optionally continue them, write ``out``
+    (new or empty, or with ``overwrite`` an earlier landscape folder: :mod:`attnflow.io.run_folder`)."""
     check_gradient_flow(config)
+    run_folder.check_claim(out, run_folder.LANDSCAPE, overwrite=overwrite)  # before the Newton solves
     if starts < 0:
         raise ValueError(f"landscape: `starts` must be >= 0; got {starts!r}.")
     if continuation is not None:
@@ -482,31 +486,34 @@ def run_landscape(
             branches += [{"branch": i, **row} for row in rows]
             transitions += [{"branch": i, **change} for change in changes]
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    files = [write_text(out / "states.csv", _csv(state_rows(states)))]
-    npz = out / "states.npz"
-    np.savez(
-        npz,
-        x=np.stack([s.x for s in states]) if states else np.zeros((0, sim.kernel.n, sim.kernel.gauge.d)),
-        energy=np.array([s.energy for s in states]),
-        morse_index=np.array([s.morse_index for s in states], dtype=int),
-        xi=np.asarray(sim.xi),
-    )
-    files.append(npz)
-    if continuation is not None:
-        files.append(write_text(out / "branches.csv", _csv(branches)))
-        files.append(write_text(out / "transitions.csv", _csv(transitions)))
-        files.append(write_branch_figure(branches, continuation.key, out / "branches.png"))
-    summary = {
-        "config": resolved_dict(config),
-        "starts": log,
-        "states": len(states),
-        "continuation": None
-        if continuation is None
-        else {"key": continuation.key, "values": continuation.values},
-        "transitions": transitions,
-    }
-    files.append(write_json(out / "landscape.json", summary))
+    with run_folder.claimed(out, run_folder.LANDSCAPE, overwrite=overwrite):
+        files = [write_text(out / "states.csv", _csv(state_rows(states)))]
+        npz = out / "states.npz"
+        with replacing(npz) as tmp, open(tmp, "wb") as handle:  # whole or not at all
+            np.savez(
+                handle,
+                x=np.stack([s.x for s in states])
+                if states
+                else np.zeros((0, sim.kernel.n, sim.kernel.gauge.d)),
+                energy=np.array([s.energy for s in states]),
+                morse_index=np.array([s.morse_index for s in states], dtype=int),
+                xi=np.asarray(sim.xi),
+            )
+        files.append(npz)
+        if continuation is not None:
+            files.append(write_text(out / "branches.csv", _csv(branches)))
+            files.append(write_text(out / "transitions.csv", _csv(transitions)))
+            files.append(write_branch_figure(branches, continuation.key, out / "branches.png"))
+        summary = {
+            "config": resolved_dict(config),
+            "starts": log,
+            "states": len(states),
+            "continuation": None
+            if continuation is None
+            else {"key": continuation.key, "values": continuation.values},
+            "transitions": transitions,
+        }
+        files.append(write_json(out / "landscape.json", summary))
     return LandscapeResult(states=states, starts=log, branches=branches, transitions=transitions, files=files)
 
 

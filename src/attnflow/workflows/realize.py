@@ -39,7 +39,7 @@ from attnflow.analysis.realisation import (
     sphere_construction,
 )
 from attnflow.analysis.summary import gauge_frames, summarize
-from attnflow.io import store
+from attnflow.io import run_folder, store
 from attnflow.io.arrays import ArrayFileError, load_array
 from attnflow.io.atomic import write_json
 from attnflow.io.version import __version__
@@ -254,11 +254,13 @@ def run_realisation(
     dt: float = 0.01,
     save_every: float = 0.5,
     progress: Callable[[int, int], None] | None = None,
+    overwrite: bool = False,
 ) -> dict:
     """``attnflow realize``: check the target, build the construction, simulate into a run folder.
 
-    Everything is validated before the folder is created. The folder holds ``config.json``,
-    ``trajectory.zarr`` (streamed), ``metrics.json`` (every diagnostic of
+    Everything is validated before the folder is claimed (:mod:`attnflow.io.run_folder`: new or
+    empty, or with ``overwrite`` an earlier realize or run folder, replaced). The folder holds
+    ``config.json``, ``trajectory.zarr`` (streamed), ``metrics.json`` (every diagnostic of
     :func:`attnflow.analysis.summary.summarize` plus ``realisation_kind``, ``realisation_distance``,
     ``realisation_bound``, ``realisation_mode``, ``u_star``, ``realisation_wasserstein``) and
     ``figures/`` (the run figures and ``target.png``). Returns the metrics.
@@ -266,8 +268,7 @@ def run_realisation(
     data, n_tokens = load_target(target, kind, n)
     check_mode(mode, "realize --mode")
     out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise _fail("--out", "a new or empty folder", f"{str(out)!r} (not empty)")
+    run_folder.check_claim(out, run_folder.REALIZE, overwrite=overwrite)  # before the construction
     if kind == "orbit":
         construction = orbit_construction(data, n=n_tokens, beta=beta, seed=seed)
     else:
@@ -291,56 +292,56 @@ def run_realisation(
     else:
         config["init"].pop("sigma")
         del config["gauge"]["v0"]
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "config.json", {**config, "attnflow_version": __version__})
-    q = np.asarray(kernel.gauge.matrices())
-    total = snapshot_count(t_end, save_every)
-    writer = store.TrajectoryWriter(
-        out / "trajectory.zarr",
-        n_snapshots_max=total,
-        n=n_tokens,
-        d=d,
-        xi=construction.xi,
-        gauge=q,
-        attrs={"config": config, "attnflow_version": __version__},
-    )
-
-    def on_snapshot(k: int, t: float, x: np.ndarray) -> None:
-        writer.append(t, x)
-        if progress is not None:
-            progress(k + 1, total)
-
-    start = time.perf_counter()
-    with writer:
-        result = realize(
-            construction, mode=mode, t_end=t_end, dt=dt, save_every=save_every, on_snapshot=on_snapshot
+    with run_folder.claimed(out, run_folder.REALIZE, overwrite=overwrite):
+        write_json(out / "config.json", {**config, "attnflow_version": __version__})
+        q = np.asarray(kernel.gauge.matrices())
+        total = snapshot_count(t_end, save_every)
+        writer = store.TrajectoryWriter(
+            out / "trajectory.zarr",
+            n_snapshots_max=total,
+            n=n_tokens,
+            d=d,
+            xi=construction.xi,
+            gauge=q,
+            attrs={"config": config, "attnflow_version": __version__},
         )
-        writer.close(result.trajectory.status)
-    wall = time.perf_counter() - start
-    summary = summarize(kernel, result.trajectory.ts, result.trajectory.xs)
-    summary.update(
-        realisation_kind=kind,
-        realisation_mode=mode,
-        realisation_distance=float(result.distance),
-        realisation_bound=float(result.bound),
-        u_star=[float(v) for v in result.u_star],
-        realisation_wasserstein=result.wasserstein,
-    )
-    summary["run"] = {
-        "status": result.trajectory.status,
-        "steps": result.trajectory.steps,
-        "wall_time_s": wall,
-        "time_scale": "plain",
-        "dtype": "float64",
-        "backend": jax.default_backend(),
-        "block_size": None,
-    }
-    write_json(out / "metrics.json", summary)
-    xs = result.trajectory.xs
-    us = gauge_frames(kernel.gauge, xs)
-    write_figures(out, result.trajectory.ts, xs, us, construction.xi, summary["series"])
-    realised = result.x if kind == "sphere" else result.relative_angles
-    plotting.write_target_figure(out / "figures" / "target.png", data, realised, kind=kind)
+
+        def on_snapshot(k: int, t: float, x: np.ndarray) -> None:
+            writer.append(t, x)
+            if progress is not None:
+                progress(k + 1, total)
+
+        start = time.perf_counter()
+        with writer:
+            result = realize(
+                construction, mode=mode, t_end=t_end, dt=dt, save_every=save_every, on_snapshot=on_snapshot
+            )
+            writer.close(result.trajectory.status)
+        wall = time.perf_counter() - start
+        summary = summarize(kernel, result.trajectory.ts, result.trajectory.xs)
+        summary.update(
+            realisation_kind=kind,
+            realisation_mode=mode,
+            realisation_distance=float(result.distance),
+            realisation_bound=float(result.bound),
+            u_star=[float(v) for v in result.u_star],
+            realisation_wasserstein=result.wasserstein,
+        )
+        summary["run"] = {
+            "status": result.trajectory.status,
+            "steps": result.trajectory.steps,
+            "wall_time_s": wall,
+            "time_scale": "plain",
+            "dtype": "float64",
+            "backend": jax.default_backend(),
+            "block_size": None,
+        }
+        write_json(out / "metrics.json", summary)
+        xs = result.trajectory.xs
+        us = gauge_frames(kernel.gauge, xs)
+        write_figures(out, result.trajectory.ts, xs, us, construction.xi, summary["series"])
+        realised = result.x if kind == "sphere" else result.relative_angles
+        plotting.write_target_figure(out / "figures" / "target.png", data, realised, kind=kind)
     return summary
 
 

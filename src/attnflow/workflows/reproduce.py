@@ -395,7 +395,7 @@ def reproduce(
     with reproduce_folder.claimed(out_dir, settings, resume=resume, overwrite=overwrite):
         records: dict[str, reproduce_folder.Record] = {}
         try:
-            reproduce_folder.prepare_folder(out_dir, settings, overwrite=overwrite)
+            reproduce_folder.prepare_folder(out_dir, settings)
             for eid, record in reproduce_folder.read_records(out_dir).items():
                 if all(job.status != "error" for job in record[0]):  # an experiment in error runs again
                     records[eid] = record

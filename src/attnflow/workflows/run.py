@@ -1,8 +1,8 @@
 """One simulation into a run folder: build → solve → store → metrics → figures → status.
 
 ``run(config, out_dir)`` validates and builds everything before it touches the disk (bad input
-leaves nothing behind), claims the folder (``.attnflow-run``, created exclusively and locked while
-the run writes: two runs into one folder, exactly one runs), writes ``config.json``, streams
+leaves nothing behind), claims the folder (:func:`attnflow.io.run_folder.claimed`: locked while the
+run writes, so of two runs into one folder exactly one runs), writes ``config.json``, streams
 snapshots into ``trajectory.zarr`` (a killed run keeps every completed snapshot), and finally the
 metrics (from the stored snapshots, :func:`attnflow.analysis.summary.summarize`), the figures, and
 last the status, in the store and in ``metrics.json``: whatever ends a started run (Ctrl-C, an
@@ -14,14 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import json
 import os
-import shutil
-import signal
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -29,7 +25,7 @@ import numpy as np
 
 from attnflow.analysis.summary import OnlineSummary, subsample
 from attnflow.core.gauges import RoPE
-from attnflow.io import store
+from attnflow.io import run_folder, store
 from attnflow.io.atomic import write_json
 from attnflow.io.config import Config, ConfigError, resolved_dict
 from attnflow.io.version import __version__
@@ -66,102 +62,6 @@ class RunInterrupted(KeyboardInterrupt):
     def __init__(self, out_dir: Path, kept: int, total: int) -> None:
         super().__init__(f"interrupted: kept {kept} of {total} snapshots in {str(out_dir)!r}")
         self.out_dir, self.kept, self.total = out_dir, kept, total
-
-
-MARKER = ".attnflow-run"  # created exclusively by the run that owns the folder; locked while it writes
-_OWN_ENTRIES = (
-    MARKER,
-    "config.json",
-    "metrics.json",
-    "trajectory.zarr",
-    "figures",
-    "viewer.html",
-    "movie.gif",
-    "movie.mp4",
-)
-
-
-def _is_own(name: str) -> bool:
-    """A run's file, or a temporary one a killed write left (``.metrics.json.<hex>.tmp``,
-    ``.trajectory.zarr.<hex>.partial``)."""
-    return name in _OWN_ENTRIES or any(name.startswith(f".{own}.") for own in _OWN_ENTRIES)
-
-
-def _claim_folder(out_dir: Path, *, resume: bool, overwrite: bool) -> tuple[int, bool]:
-    """Make ``out_dir`` this run's: create the marker exclusively (a new run) or open it (resume,
-    overwrite), and lock it for the run's lifetime (the lock dies with the process, SIGKILL
-    included). Returns the locked descriptor, and whether there is a store to resume (a run stopped
-    before its store existed starts again). Two runs into one folder: exactly one gets it."""
-    where = f"run: `--out` {str(out_dir)!r}"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    marker = out_dir / MARKER
-    try:
-        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        fresh = True
-    except FileExistsError:
-        if not (resume or overwrite):
-            raise ConfigError(
-                f"{where} must be a new or empty folder; got a run folder. Pass --resume to continue "
-                "it or --overwrite to replace it."
-            ) from None
-        fd, fresh = os.open(marker, os.O_WRONLY), False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise ConfigError(f"{where} must not be in use; got a folder another run is writing now.") from None
-    others = sorted(p.name for p in out_dir.iterdir() if p.name != MARKER)
-    foreign = [name for name in others if not _is_own(name)]
-    problem = None
-    if fresh and others and not (resume or overwrite):
-        problem = f"must be a new or empty folder; got {len(others)} entries (not empty)"
-    elif foreign and (overwrite or not fresh):
-        problem = f"must hold only a run's files to be replaced or resumed; got {foreign[0]!r}"
-    elif resume and fresh and "trajectory.zarr" not in others:
-        problem = "must hold a run to resume; got none (start a new run instead)"
-    if problem is not None:
-        if fresh:
-            marker.unlink()
-        os.close(fd)
-        raise ConfigError(f"{where} {problem}.")
-    starts_again = resume and "trajectory.zarr" not in others  # stopped before its first snapshot
-    if overwrite or starts_again:
-        for name in others:
-            path = out_dir / name
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
-    return fd, resume and not starts_again
-
-
-@contextlib.contextmanager
-def _interrupts_between_writes() -> Iterator[Callable[[], contextlib.AbstractContextManager]]:
-    """SIGINT raises KeyboardInterrupt at once, except during a snapshot write, which completes
-    first (the write's background I/O is never abandoned half-way). Yields ``writing()``, the
-    context of one write. Outside the main thread signals cannot be handled: a plain context."""
-    if threading.current_thread() is not threading.main_thread():
-        yield contextlib.nullcontext
-        return
-    state = {"writing": False, "pending": False}
-
-    def handler(signum, frame):  # noqa: ARG001
-        state["pending"] = True  # also raised after the next write, should this one be swallowed
-        if not state["writing"]:  # (an exception in a garbage-collector callback is only printed)
-            raise KeyboardInterrupt
-
-    @contextlib.contextmanager
-    def writing():
-        state["writing"] = True
-        try:
-            yield
-        finally:
-            state["writing"] = False
-        if state["pending"]:
-            raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGINT, handler)
-    try:
-        yield writing
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def write_figures(out_dir: Path, ts, xs, us, xi, series: dict, *, looks: dict | None = None) -> list[Path]:
@@ -328,29 +228,15 @@ def run(
     started, ``metrics.json`` records its status, written last (after the figures); Ctrl-C raises
     ``RunInterrupted`` once the store is closed as ``interrupted``.
     """
-    if resume and overwrite:
-        raise ConfigError("run: `--resume` and `--overwrite` must not be given together; got both.")
     sim = build(config, streamed=True)
-    out_dir = Path(out_dir)
     resolved = resolved_dict(config)
-    existed = out_dir.exists()
-    lock, resume = _claim_folder(out_dir, resume=resume, overwrite=overwrite)
-    try:
-        return _run_in_folder(config, sim, out_dir, resolved, resume=resume, progress=progress)
-    except ValueError:  # bad input found by the store before its first write: leave nothing behind
-        if not resume and not (out_dir / "trajectory.zarr").exists():
-            _remove_own_entries(out_dir, remove_folder=not existed)
-        raise
-    finally:
-        os.close(lock)
-
-
-def _remove_own_entries(out_dir: Path, *, remove_folder: bool) -> None:
-    for path in out_dir.iterdir():
-        if _is_own(path.name) or path.name == MARKER:
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
-    if remove_folder and not any(out_dir.iterdir()):
-        out_dir.rmdir()
+    with run_folder.claimed(out_dir, run_folder.RUN, resume=resume, overwrite=overwrite) as claim:
+        try:
+            return _run_in_folder(config, sim, claim.path, resolved, resume=claim.resumed, progress=progress)
+        except ValueError:  # bad input found by the store before its first write: leave nothing behind
+            if not claim.resumed and not (claim.path / "trajectory.zarr").exists():
+                claim.discard()
+            raise
 
 
 class _Snapshots:
@@ -359,8 +245,8 @@ class _Snapshots:
     snapshot, nothing more; with ``storage.snapshots = "final"`` the latest is stored at the end
     (``flush``)."""
 
-    def __init__(self, config: Config, sim, writer, summary: OnlineSummary, writing) -> None:
-        self.writer, self.summary, self.writing = writer, summary, writing
+    def __init__(self, config: Config, sim, writer, summary: OnlineSummary) -> None:
+        self.writer, self.summary = writer, summary
         self.rows, self.every = _stored_rows(config), config.storage.snapshots == "all"
         self.save_every = sim.save_every
         self.first: tuple | None = None
@@ -371,12 +257,11 @@ class _Snapshots:
         t = store.snapshot_time(k, self.save_every)
         if self.first is None:
             self.first = (t, np.array(x))
-        with self.writing():  # the metrics and the store take the snapshot together (Ctrl-C waits)
-            if self.every or self.writer.n_snapshots == 0:
-                self.writer.append(t, x[self.rows])
-            else:
-                self.pending = (t, np.array(x[self.rows]))
-            self.summary.add([t], x[None])
+        if self.every or self.writer.n_snapshots == 0:
+            self.writer.append(t, x[self.rows])  # committed by its time, written last (io.store)
+        else:
+            self.pending = (t, np.array(x[self.rows]))
+        self.summary.add([t], x[None])
 
     def flush(self) -> None:
         if self.pending is not None and not self.writer.closed:
@@ -397,44 +282,43 @@ def _run_in_folder(config, sim, out_dir: Path, resolved: dict, *, resume: bool, 
     )
     snapshots = None
     try:
-        with _interrupts_between_writes() as writing:
-            writer = _open_writer(config, sim, out_dir, resolved, resume=resume)
-            snapshots = _Snapshots(config, sim, writer, summary, writing)
-            first = writer.n_snapshots - 1 if resume else 0  # the stored snapshot the solve starts from
-            x0 = sim.x0
-            if resume:  # the metrics of the stored snapshots, read back block by block
-                for ts, xs in store.iter_snapshots(writer.path):
-                    summary.add(ts, xs)
-                    snapshots.first = snapshots.first or (float(ts[0]), np.array(xs[0]))
-                x0 = jax.numpy.asarray(summary.last)
-            counter = {"k": first}
+        writer = _open_writer(config, sim, out_dir, resolved, resume=resume)
+        snapshots = _Snapshots(config, sim, writer, summary)
+        first = writer.n_snapshots - 1 if resume else 0  # the stored snapshot the solve starts from
+        x0 = sim.x0
+        if resume:  # the metrics of the stored snapshots, read back block by block
+            for ts, xs in store.iter_snapshots(writer.path):
+                summary.add(ts, xs)
+                snapshots.first = snapshots.first or (float(ts[0]), np.array(xs[0]))
+            x0 = jax.numpy.asarray(summary.last)
+        counter = {"k": first}
 
-            def on_snapshots(ts: np.ndarray, xs: np.ndarray) -> None:
-                for x in xs:
-                    k = counter["k"]
-                    counter["k"] += 1
-                    if resume and k == first:
-                        continue  # the snapshot resumed from, already stored and measured
-                    snapshots.add(k, x)
-                    if progress is not None:
-                        progress(k + 1, n_snapshots)
+        def on_snapshots(ts: np.ndarray, xs: np.ndarray) -> None:
+            for x in xs:
+                k = counter["k"]
+                counter["k"] += 1
+                if resume and k == first:
+                    continue  # the snapshot resumed from, already stored and measured
+                snapshots.add(k, x)
+                if progress is not None:
+                    progress(k + 1, n_snapshots)
 
-            if first + 1 < n_snapshots:
-                if resume and progress is not None:  # the stored snapshots, reported before the solve
-                    progress(first + 1, n_snapshots)  # compiles (a fresh run reports x0 first)
-                statistics = solve_streaming(
-                    sim.field,
-                    x0,
-                    on_snapshots=on_snapshots,
-                    integrator=sim.integrator,
-                    dt=sim.dt,
-                    saveat=SaveAt((n_snapshots - 1 - first) * sim.save_every, sim.save_every),
-                    noise=sim.noise,
-                    key=sim.key,
-                )
-                status = str(statistics.status)
-            else:
-                status = "ok"
+        if first + 1 < n_snapshots:
+            if resume and progress is not None:  # the stored snapshots, reported before the solve
+                progress(first + 1, n_snapshots)  # compiles (a fresh run reports x0 first)
+            statistics = solve_streaming(
+                sim.field,
+                x0,
+                on_snapshots=on_snapshots,
+                integrator=sim.integrator,
+                dt=sim.dt,
+                saveat=SaveAt((n_snapshots - 1 - first) * sim.save_every, sim.save_every),
+                noise=sim.noise,
+                key=sim.key,
+            )
+            status = str(statistics.status)
+        else:
+            status = "ok"
     except KeyboardInterrupt:
         if writer is None:  # stopped while the store was being created: nothing computed yet
             write_json(out_dir / "metrics.json", {"run": {"status": "interrupted", "snapshots": 0}})
@@ -448,7 +332,10 @@ def _run_in_folder(config, sim, out_dir: Path, resolved: dict, *, resume: bool, 
             config, sim, out_dir, writer, snapshots, "error", statistics, start, figures=False, error=error
         )
         raise
-    metrics = _finish(config, sim, out_dir, writer, snapshots, status, statistics, start, figures=True)
+    try:
+        metrics = _finish(config, sim, out_dir, writer, snapshots, status, statistics, start, figures=True)
+    except KeyboardInterrupt:  # while drawing: recorded as interrupted, every snapshot kept
+        raise RunInterrupted(out_dir, writer.n_snapshots, n_snapshots) from None
     return RunResult(out_dir=out_dir, metrics=metrics, statistics=statistics)
 
 
@@ -503,8 +390,11 @@ def _finish(
             looks = figure_looks(out_dir.name, config.aux.kind, config.init.seed, summary.get("energy_max"))
             write_figures(out_dir, summary["series"]["t"], xs, us, sim.xi, summary["series"], looks=looks)
             write_run_viewer(out_dir, n_snapshots=writer.n_snapshots)  # flushed: the store reads them back
-    except BaseException as failure:
-        info.update(status="error", error=f"{type(failure).__name__}: {failure}")
+    except BaseException as failure:  # Ctrl-C while drawing: interrupted; anything else: error
+        stopped = isinstance(failure, KeyboardInterrupt)
+        info.update(status="interrupted" if stopped else "error")
+        if not stopped:
+            info["error"] = f"{type(failure).__name__}: {failure}"
         _record(out_dir, writer, {**summary, "run": info})
         raise
     _record(out_dir, writer, {**summary, "run": info})

@@ -5,7 +5,8 @@ when the point is finished (or has failed), so a killed sweep leaves only finish
 failed folders and stray staging folders (:func:`clear_unfinished` removes the last two). A
 staging folder whose writer died (a killed Dask worker, whose task Dask then retries elsewhere)
 is removed by the point's next attempt and at the end of the sweep (:func:`clear_stale_staging`);
-one whose writer still runs is never touched there (its run holds a lock on its marker). A
+one whose writer still runs is never touched there (its run holds the folder's lock,
+:mod:`attnflow.io.run_folder`). A
 point is finished when its folder holds a ``metrics.json`` with ``run.status``
 (:func:`is_finished`). A failed point's folder holds ``error.json`` (``status`` "failed",
 ``error``, ``traceback``). :func:`collect_results` reads one row per point from the folders,
@@ -16,7 +17,6 @@ with the shape class of the final state (:func:`classify_run`,
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import shutil
@@ -33,8 +33,9 @@ import numpy as np
 from attnflow.analysis.shapes import classify_shape, shape_features
 from attnflow.io.atomic import write_json
 from attnflow.io.config import config_from_dict
+from attnflow.io.run_folder import RUN, in_use
 from attnflow.io.store import open_dataset
-from attnflow.workflows.run import MARKER, run
+from attnflow.workflows.run import run
 from attnflow.workflows.sweep_plan import SweepPlan, SweepPoint
 
 __all__ = [
@@ -79,25 +80,17 @@ def _staging(final: Path) -> Path:
 
 
 def _writer_gone(staging: Path) -> bool:
-    """Whether no live process writes ``staging``: its run's marker is not locked (the lock dies
-    with the process that holds it, SIGKILL included), or, without a marker, it is older than
-    ``UNMARKED_STALE_AFTER_S``."""
+    """Whether no live process writes ``staging``: its run does not hold it
+    (:func:`attnflow.io.run_folder.in_use`; the lock dies with the process, SIGKILL included) and
+    it holds the run's marker or is older than ``UNMARKED_STALE_AFTER_S`` (a folder being created)."""
+    if in_use(staging):
+        return False
     try:
-        fd = os.open(staging / MARKER, os.O_RDONLY)
+        return (
+            staging / RUN.marker
+        ).exists() or time.time() - staging.stat().st_mtime > UNMARKED_STALE_AFTER_S
     except FileNotFoundError:
-        try:
-            return time.time() - staging.stat().st_mtime > UNMARKED_STALE_AFTER_S
-        except FileNotFoundError:
-            return False  # published or removed meanwhile
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)  # closing the descriptor releases a lock taken here
-    return True
+        return False  # published or removed meanwhile
 
 
 def clear_stale_staging(final: str | os.PathLike) -> list[Path]:
