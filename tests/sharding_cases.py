@@ -2,10 +2,11 @@
 devices, in a child process), ``test_sharding_processes.py`` (two processes, ``jax.distributed``)
 and ``benchmarks/sharded.py``.
 
-``python tests/sharding_cases.py DEVICES CASE ...`` runs the checks on ``DEVICES`` host devices and
+``python tests/sharding_cases.py DEVICES CASE[+] ...`` runs the checks on ``DEVICES`` host devices and
 prints one JSON object: for every case the largest deviation of the sharded field from the
-one-device field (``field``), of ``steps`` RK4 steps (``trajectory``, for the cases listed in
-``TRAJECTORIES``) and the field's size (``scale``, so that a comparison of zeros cannot pass).
+one-device field (``field``), of ``STEPS`` RK4 steps (``trajectory``, for the cases written with a
+trailing ``+``, else None) and the field's size (``scale``, so that a comparison of zeros cannot
+pass).
 """
 
 from __future__ import annotations
@@ -15,8 +16,12 @@ import os
 import sys
 
 N, D = 50, 4  # 50 tokens on 4 devices: 13 rows each, the last shard padded by 2 rows
+# the expansion's prefix sums cut the tokens into pieces of whole 128-token chunks: 400 tokens make
+# 4 pieces (128, 128, 128, 16), each summed from the carry of the ones before
+PREFIX_N = 400
 STEPS, DT = 10, 0.05
-TRAJECTORIES = ("rope_bias_sa_causal", "heads_rope_alibi_causal", "expansion_rope_toeplitz")
+TRAJECTORIES = ("rope_bias_sa_causal", "heads_rope_alibi_causal")  # the default tests' trajectories
+SLOW_TRAJECTORIES = ("expansion_rope_toeplitz", "expansion_bias_shuffled")
 FIELD_CASES = (
     "paper_dense",
     "rope_bias_sa_causal",
@@ -26,8 +31,19 @@ FIELD_CASES = (
     "heads_rope_alibi_causal",
     "heads_prompt_matrix_sa_strict",
     "expansion_rope_toeplitz",
-    "expansion_identity_sa_logits",
 )
+PREFIX_CASES = (  # the expansion's prefix sums, at PREFIX_N tokens
+    "expansion_identity_sa_logits",
+    "expansion_toeplitz_causal",
+    "expansion_none_sa_strict",
+    "expansion_bias_causal_decreasing",
+    "expansion_bias_shuffled",
+)
+
+
+def size(case: str) -> int:
+    """The number of tokens of ``case``."""
+    return PREFIX_N if case in PREFIX_CASES else N
 
 
 def build(case: str, n: int = N, d: int = D):
@@ -45,7 +61,7 @@ def build(case: str, n: int = N, d: int = D):
     profile = make_profile("exp", beta=2.0)
     rope = lambda dim: gauges.make_rope(xi, dim, gauges.rope_frequencies(dim, kind="roformer"))  # noqa: E731
     prompt = lambda dim: gauges.make_prompt_gauge(np.arange(n) % 3, gauges.haar_orthogonal(7, 3, dim))  # noqa: E731
-    bias = factors.DistanceBias(xi=jnp.asarray(xi), slope=jnp.asarray(0.1))
+    alibi = factors.DistanceBias(xi=jnp.asarray(xi), slope=jnp.asarray(0.1))
     w = np.exp(-np.abs(np.subtract.outer(xi, xi)) / 7.0) * (1.0 + 0.5 * np.cos(np.add.outer(xi, xi)))
     matrix = factors.make_matrix_factor(np.abs(w), n=n)
     toeplitz = factors.ToeplitzCos(xi=jnp.asarray(xi), omega=jnp.asarray(0.3))
@@ -54,7 +70,7 @@ def build(case: str, n: int = N, d: int = D):
     if case == "paper_dense":
         return field(kernel(gauges.IdentityGauge(n=n, d=d), factors.NoFactor(n=n)))
     if case == "rope_bias_sa_causal":
-        return field(kernel(rope(d), bias), normalization="sa", causal=True, sources=2, block_size=16)
+        return field(kernel(rope(d), alibi), normalization="sa", causal=True, sources=2, block_size=16)
     if case == "prompt_toeplitz_strict_logits":
         return field(kernel(prompt(d), toeplitz), causal="strict", value="logits_only")
     if case == "rope_matrix_blocks":
@@ -71,6 +87,19 @@ def build(case: str, n: int = N, d: int = D):
     if case == "expansion_identity_sa_logits":
         sa_logits = dict(normalization="sa", value="logits_only")
         return field(mild(identity, factors.NoFactor(n=n)), **sa_logits, **expansion)
+    circle = gauges.make_rope(xi, d, gauges.rope_frequencies(d, kind="full_period", n=n))
+    if case == "expansion_toeplitz_causal":
+        return field(mild(circle, toeplitz), causal=True, sources=3, **expansion)
+    if case == "expansion_none_sa_strict":
+        return field(mild(circle, factors.NoFactor(n=n)), normalization="sa", causal="strict", **expansion)
+    if case == "expansion_bias_causal_decreasing":  # labels decreasing in token order
+        decreasing = factors.DistanceBias(xi=jnp.asarray(-xi / 10), slope=jnp.asarray(0.5))
+        return field(mild(circle, decreasing), normalization="sa", causal=True, **expansion)
+    if case == "expansion_bias_shuffled":  # labels in no order: the sums run in label order
+        shuffled = np.random.default_rng(1).permutation(n) / 10.0
+        return field(
+            mild(circle, factors.DistanceBias(xi=jnp.asarray(shuffled), slope=jnp.asarray(0.2))), **expansion
+        )
     head_dim = 4
     maps = H.gaussian_maps(3, 2, head_dim, d)
     slopes = H.alibi_slopes(2)
@@ -91,7 +120,7 @@ def build(case: str, n: int = N, d: int = D):
             for h in range(2)
         ]
         return HeadsField(tuple(heads), profile, normalization="sa", causal="strict", sources=1)
-    raise ValueError(f"sharding_cases: `case` must be one of {FIELD_CASES}; got {case!r}.")
+    raise ValueError(f"sharding_cases: `case` must be one of {FIELD_CASES + PREFIX_CASES}; got {case!r}.")
 
 
 def _steps(field, x):
@@ -102,24 +131,26 @@ def _steps(field, x):
     return integrate(field, x, integrator=integrators.RK4(), dt=DT, steps=STEPS)
 
 
-def measure(cases, *, placement=None, n: int = N, d: int = D) -> dict:
-    """For each case: ``field``, ``trajectory`` (or None) and ``scale`` (see the module docstring)."""
+def measure(cases, *, trajectories=(), placement=None, d: int = D) -> dict:
+    """For each case: ``field``, ``trajectory`` (for the cases in ``trajectories``, else None) and
+    ``scale`` (see the module docstring)."""
     import jax
     import jax.numpy as jnp
 
     from attnflow.core import sphere
     from attnflow.numerics import sharding
 
-    x = sphere.sample_uniform(0, n, d)
     out = {}
     for case in cases:
+        n = size(case)
+        x = sphere.sample_uniform(0, n, d)
         field = build(case, n, d)
         sharded = sharding.shard_tokens(field, placement)
         one = jax.jit(field)(x)
         many = jax.jit(lambda f, x: f(x))(sharded, x)  # the sharded field as a pytree argument
         result = {"field": float(jnp.max(jnp.abs(many - one))), "scale": float(jnp.max(jnp.abs(one)))}
         result["trajectory"] = None
-        if case in TRAJECTORIES:
+        if case in trajectories:
             ref = jax.jit(lambda x, field=field: _steps(field, x))(x)
             got = jax.jit(_steps)(sharded, x)
             result["trajectory"] = float(jnp.max(jnp.abs(got - ref)))
@@ -133,7 +164,9 @@ def main(argv: list[str]) -> None:
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    result = {"devices": len(jax.devices()), "cases": measure(argv[1:] or FIELD_CASES)}
+    names = [name.rstrip("+") for name in argv[1:]]
+    trajectories = [name.rstrip("+") for name in argv[1:] if name.endswith("+")]
+    result = {"devices": len(jax.devices()), "cases": measure(names, trajectories=trajectories)}
     print(json.dumps(result))
 
 
