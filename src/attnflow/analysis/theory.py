@@ -119,6 +119,86 @@ def energy_max(kernel: Kernel) -> float | None:
     return float(kernel.profile.c) * float(values[0]) / (2.0 * n)
 
 
+# --------------------------------------------------------------------------- rates of the flow
+
+
+def uniform_dissipation_moment(beta: float, d: int = 3) -> float:
+    """``m_d(β) = E[e^{2βs}(1 − s²)]``, ``s = ⟨x, y⟩`` for independent uniform ``x, y`` on
+    ``S^{d−1}`` (density of ``s`` proportional to ``(1 − s²)^{(d−3)/2}``, uniform on ``[−1, 1]``
+    in ``d = 3``), by quadrature (``e^{2β}`` factored out)."""
+    import scipy.integrate
+    import scipy.special
+
+    if d < 2:
+        raise ValueError(f"uniform_dissipation_moment: `d` must be >= 2; got {d!r}.")
+    a = (d - 3) / 2.0
+    norm = np.exp(scipy.special.gammaln(a + 1.5) - scipy.special.gammaln(a + 1) - 0.5 * np.log(np.pi))
+    integrand = lambda s: np.exp(2.0 * beta * (s - 1.0)) * (1.0 - s * s) ** (a + 1)  # noqa: E731
+    value = scipy.integrate.quad(integrand, -1.0, 1.0, epsabs=0.0, epsrel=1e-12, limit=200)[0]
+    return float(norm * value * np.exp(2.0 * beta))
+
+
+def initial_dissipation(w, *, beta: float, c: float = 1.0, d: int = 3) -> float:
+    """The expected ``dE/dt`` at ``t = 0`` of the gradient flow (usa, no mask, gradient values, exp
+    profile) from iid uniform tokens, for any gauge and the factor matrix ``w (n, n)``:
+
+        E[dE/dt(0)] = E[(1/n) Σ_i |v_i|²] = (c²/n³) m_d(β) Σ_{i≠j} w_ij².
+
+    ``v_i = P_{u_i}((c/n) Σ_j w_ij e^{β⟨u_i,u_j⟩} u_j)`` in the gauge frame (``u = Q x`` is iid
+    uniform too); given ``u_i``, each term ``j ≠ i`` has mean ``P_{u_i}(a u_i) = 0``, so only the
+    squares survive, each ``w_ij² E[e^{2βs}(1 − s²)]`` (:func:`uniform_dissipation_moment`).
+    The value of one draw scatters about it by ``O(n^{−1/2})`` relative."""
+    w = np.asarray(w, dtype=np.float64)
+    n = w.shape[0]
+    off = np.sum(w * w) - np.sum(np.diag(w) ** 2)
+    return float(c) ** 2 / n**3 * uniform_dissipation_moment(beta, d) * float(off)
+
+
+def collapse_rates(u, w, *, beta: float, c: float = 1.0) -> tuple[float, float]:
+    """``(slowest, fastest)`` decay rates of ``1 − mean cosine`` near a collapsed state (the
+    linearisation there), ``u (n, d)`` the gauge frame of that state, ``w (n, n)`` the factor:
+    ``2 λ_2(L_A)`` and ``2 λ_max(L_A)``, ``L_A = diag(A1) − A`` the graph Laplacian of the weights
+    ``A_ij = (c/n) w_ij e^{β⟨u_i, u_j⟩}`` (``λ_2`` its smallest non-zero eigenvalue).
+
+    Near ``x_i = x* + ε_i`` (a Dirac of the collapsing quantity) the field is
+    ``dε_i/dt = Σ_j A_ij (ε_j − ε_i) + O(|ε|²)``: the logits' derivative multiplies ``x*`` and is
+    projected away. The gradient flow collapses in the gauge frame (``u_i = u*``: ``A = (c e^β/n) W``;
+    ``w = 1``: both rates ``2 c e^β``, the equiangular reduction's at ``ρ = 1``); logits-only values
+    collapse the content (``x_i = x*``, ``u_i = Q(ξ_i) x*``: the gauge sets the weights). ``1 − mean
+    cosine`` is quadratic in ``ε``: it decays at twice the rates, between the two."""
+    u = np.asarray(u, dtype=np.float64)
+    w = np.asarray(w, dtype=np.float64)
+    n = u.shape[0]
+    a = float(c) / n * w * np.exp(beta * (u @ u.T - 1.0)) * np.exp(beta)
+    a = 0.5 * (a + a.T)
+    laplacian = np.diag(a.sum(axis=1)) - a
+    eigenvalues = np.linalg.eigvalsh(laplacian)
+    return 2.0 * float(eigenvalues[1]), 2.0 * float(eigenvalues[-1])
+
+
+def equiangular_rho(ts, *, rho0: float, n: int, beta: float, c: float = 1.0,
+                    normalization: str = "usa") -> np.ndarray:
+    """``ρ(t)`` of the equiangular reduction (all pairwise cosines equal, ``Q = I``, ``w = 1``, exp
+    profile), solved to ``1e-13``: "usa" ``dρ/dt = (2c/n) e^{βρ}(1 − ρ)((n − 1)ρ + 1)``; "sa"
+    ``dρ/dt = 2 e^{βρ}(1 − ρ)((n − 1)ρ + 1)/(e^β + (n − 1) e^{βρ})`` (the softmax has no ``c``).
+    Linearised at ``ρ = 1``: rates ``2 c e^β`` and ``2``."""
+    import scipy.integrate
+
+    if normalization not in ("usa", "sa"):
+        raise ValueError(f"equiangular_rho: `normalization` must be 'usa' or 'sa'; got {normalization!r}.")
+
+    def rate(_, rho):
+        grow = 2.0 * np.exp(beta * rho) * (1.0 - rho) * ((n - 1) * rho + 1.0)
+        if normalization == "usa":
+            return c * grow / n
+        return grow / (np.exp(beta) + (n - 1) * np.exp(beta * rho))
+
+    ts = np.asarray(ts, dtype=np.float64)
+    solution = scipy.integrate.solve_ivp(rate, (0.0, float(ts.max(initial=0.0))), [rho0], t_eval=ts,
+                                         method="DOP853", rtol=1e-13, atol=1e-15)  # fmt: skip
+    return solution.y[0]
+
+
 # --------------------------------------------------------------------------- maximiser sets
 
 
@@ -423,12 +503,15 @@ __all__ = [
     "antipodal_pair",
     "certify",
     "circle_energy",
+    "collapse_rates",
     "d3_crossing",
     "dirac_energy",
     "energy_max",
+    "equiangular_rho",
     "leading_eigenspace",
     "great_circle",
     "great_circle_arc",
+    "initial_dissipation",
     "latitude_circle",
     "orbit_configuration",
     "prompt_clusters",
@@ -437,4 +520,5 @@ __all__ = [
     "spectral_bound",
     "spectral_criterion",
     "tangent_bases",
+    "uniform_dissipation_moment",
 ]

@@ -22,6 +22,9 @@ A causal sum with the distance bias needs labels monotone in token order.
 ``φ' = c``: degree 0, exact.
 
 Error (``expansion_degree``): with ``ε = tail_bound(β, L)`` the kernel error for ``|s| <= SHELL``,
+that is wherever the field is evaluated with every ``|x_i| <= STAGE_RADIUS = 1.1`` (the Runge–Kutta
+stages off the sphere included, ``attnflow.numerics.polynomial_features``; the bounds below hold
+there, ``max_j |y_j|`` taken at the stage),
 - "usa": ``|Δg_i| <= ε · φ'(1) · max_j |y_j|`` (``|w| <= 1`` for the supported factors): the
   tolerance is relative to the field's scale ``φ'(1) max|y|``;
 - "sa": the relative kernel error is at most ``ε e^{β(1+SHELL)}``, and

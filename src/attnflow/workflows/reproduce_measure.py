@@ -38,6 +38,7 @@ from attnflow.workflows.experiments import Experiment
 
 __all__ = [
     "LAYER_METRICS",
+    "THEORY_METRICS",
     "householder_frame",
     "is_layer",
     "layer_values",
@@ -46,6 +47,7 @@ __all__ = [
     "orbit_frame",
     "series_values",
     "snapshot_values",
+    "theory_values",
     "trajectory_states",
 ]
 
@@ -65,6 +67,23 @@ LAYER_METRICS = {
     "qk_axis_alignment": "min_i |<x_i, e>|, e the top eigenvector of sym(W_Q^T W_K) of the first head "
     "(1: every token at +-e)",
 }
+
+
+# Values from the closed forms of the flow (attnflow.analysis.theory), measured where the closed
+# form holds (None elsewhere): they see beta, the clock, the factor and the normalisation.
+THEORY_METRICS = {
+    "collapse_rate_ratio": "the decay rate of 1 - mean cosine near the Dirac (gauge frame; the content for "
+    "logits_only values), fitted on its first stretch in [1e-9, 1e-5], over the slowest rate of the "
+    "linearisation at the final state (attnflow.analysis.theory.collapse_rates; w = 1: 2 c e^beta)",
+    "collapse_rate_ceiling": "the fastest over the slowest rate of that linearisation (1 for w = 1): "
+    "collapse_rate_ratio lies between 1 and it",
+    "equiangular_error": "|mean_cosine(t) - rho(t)|, rho the equiangular reduction's ODE "
+    "(attnflow.analysis.theory.equiangular_rho) from the measured rho(0); equiangular data, Q = I, w = 1",
+    "equiangular_spread": "max_{i != j} |<x_i, x_j> - mean_cosine|: how far the state is from equiangular",
+}
+RATE_WINDOW = (1e-9, 1e-5)  # 1 - mean cosine: linear regime (1e-5), 100x above the error floor of DP5 at
+# rtol 1e-5 (1e-11, seen after the collapse)
+RATE_POINTS = 4  # saved times in the window needed for a fitted rate
 
 
 @partial(jax.jit, static_argnames="block_size")
@@ -175,6 +194,56 @@ def series_values(ts, energies, mean_cos, gauge_mean_cos, e_max) -> dict[str, An
     }
 
 
+def _fitted_rate(ts: np.ndarray, deficit: np.ndarray) -> float | None:
+    """``−`` the least-squares slope of ``log deficit`` over its first stretch of saved times in
+    :data:`RATE_WINDOW`: from its last entry below the top before it first falls below the
+    bottom (after that the solver's error floor); None with fewer than :data:`RATE_POINTS` points."""
+    low, high = RATE_WINDOW
+    finite = np.isfinite(deficit)
+    below = np.flatnonzero(finite & (deficit < low))
+    stop = below[0] if below.size else len(deficit)
+    above = np.flatnonzero(~finite[:stop] | (deficit[:stop] > high))
+    start = above[-1] + 1 if above.size else 0
+    if stop - start < RATE_POINTS:
+        return None
+    return float(-np.polyfit(ts[start:stop], np.log(deficit[start:stop]), 1)[0])
+
+
+def theory_values(sim: Simulation, w: np.ndarray, ts, mean_cos, gauge_mean_cos, xs, us,
+                  experiment: Experiment) -> list[dict[str, Any]]:  # fmt: skip
+    """:data:`THEORY_METRICS` of each seed (the same at every report time, except the equiangular
+    error, ``(T,)`` per seed), cosines ``(T, B)``, ``xs`` and the gauge frames ``us (T, B, n, d)``."""
+    from attnflow.analysis import theory
+
+    field, profile = sim.field, sim.kernel.profile
+    count = xs.shape[1]
+    blank = [{key: None for key in THEORY_METRICS} for _ in range(count)]
+    plain = (not is_layer(field) and hasattr(field, "kernel") and profile.kind == "exp"
+             and field.normalization == "usa")  # fmt: skip
+    beta, c = float(profile.beta), float(profile.c)
+    n = xs.shape[2]
+    init = experiment.config.get("init", {}).get("kind", "uniform")
+    if plain:
+        for b in range(count):
+            collapsing = gauge_mean_cos if field.value == "gradient" else mean_cos
+            fitted = _fitted_rate(ts, 1.0 - collapsing[:, b])
+            if fitted is None or not np.all(np.isfinite(us[-1, b])):
+                continue
+            slowest, fastest = theory.collapse_rates(us[-1, b], w, beta=beta, c=c)
+            blank[b]["collapse_rate_ratio"] = fitted / slowest
+            blank[b]["collapse_rate_ceiling"] = fastest / slowest
+    flat = bool(np.all(w == 1.0)) and sim.kernel.gauge.is_identity
+    if init == "equiangular" and flat and not is_layer(field) and profile.kind == "exp":
+        for b in range(count):
+            rho = theory.equiangular_rho(ts, rho0=float(mean_cos[0, b]), n=n, beta=beta, c=c,
+                                         normalization=field.normalization)  # fmt: skip
+            gram = np.einsum("tid,tjd->tij", xs[:, b], xs[:, b])
+            off = ~np.eye(n, dtype=bool)
+            blank[b]["equiangular_error"] = np.abs(mean_cos[:, b] - rho)
+            blank[b]["equiangular_spread"] = np.max(np.abs(gram[:, off] - mean_cos[:, b, None]), axis=1)
+    return blank
+
+
 def _time_indices(ts: np.ndarray, report_times: Sequence[float]) -> dict[str, int]:
     found = {time_label(None): len(ts) - 1}
     for t in report_times:
@@ -257,6 +326,8 @@ def measure(
     mean_cos = _mean_cosines(xs)
     gauge_mean_cos = _mean_cosines(us) if gauged else mean_cos
     layer, axis = is_layer(sim.field), _qk_axis(sim.field)
+    w = np.asarray(kernel.factor.dense(), dtype=np.float64) if not heads else None
+    theory = theory_values(sim, w, ts, mean_cos, gauge_mean_cos, xs, us, experiment) if not heads else None
     indices = _time_indices(ts, experiment.report_times)
     values = []
     for b, seed in enumerate(seeds):
@@ -268,6 +339,9 @@ def measure(
                 cache[k] = snapshot_values(xs[k, b], us[k, b], q, sim.groups) | series
                 if layer:
                     cache[k] |= layer_values(sim.field, xs[k, b], xs[0, b, 0], axis)
+                if theory is not None:
+                    at_k = {key: v if np.ndim(v) == 0 else v[k] for key, v in theory[b].items()}
+                    cache[k] |= {key: json_value(v) for key, v in at_k.items()}
             per_time[label] = cache[k]
         values.append(per_time)
     figure = FigureData(

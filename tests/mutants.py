@@ -1,0 +1,245 @@
+"""Wrong simulators for the mutation test (tests/test_mutants.py) and its full-size table
+(scripts/mutants_table.py).
+
+A mutant is the real vector field with one part of the model done wrong: the sign, beta, the clock,
+the gauge, the labels, Q^T for Q, the values, the factor, the causal mask, the softmax, the
+expansion's tolerance. ``solve`` is replaced, in every attnflow module that imported it, by a
+function that swaps the field it is given for its mutant and calls the real ``solve``: every
+simulated experiment and every realisation really runs the wrong field. The mutant is an instance
+of a subclass of the field's class (``Mutant[<name>]``) that applies the mutation inside its
+``__call__``: the field's class is part of its program's key
+(:func:`attnflow.numerics.program_cache.split_field`), so no program compiled for the real field
+(nor for another mutant) can stand in for it.
+
+A mutant *can act* on a run when its field differs from the real one at the run's initial state
+(relative difference above :data:`ACTS_RTOL`); where it cannot (the gauge ignored without a gauge,
+Q^T for a symmetric gauge), no row can notice it, and the table says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+from collections.abc import Callable, Iterator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import attnflow.numerics.solve as solve_module
+from attnflow.core import factors, gauges
+from attnflow.numerics.dynamics import AttentionField
+from attnflow.numerics.heads_field import HeadsField
+from attnflow.workflows import realize, reproduce  # noqa: F401  (realize: its solve is patched)
+
+# the field of a mutant differs from the real one by more than this (relative to max |v|) at the
+# initial state: round-off of a regrouped sum is 1e-15, the loosened expansion's change 1e-7
+ACTS_RTOL = 1e-11
+SHUFFLE_SEED = 12345
+LOOSER = 1e4  # the expansion's tolerance loosened this many times
+
+MUTANTS = {
+    "sign flipped": "v -> -v (gradient descent)",
+    "beta x 0.5": "beta halved inside the dynamics",
+    "beta x 2": "beta doubled inside the dynamics",
+    "time x 0.5": "the field times 0.5 (the clock at half speed)",
+    "time x 2": "the field times 2 (the clock at double speed)",
+    "gauge ignored": "Q(xi) = I inside the dynamics",
+    "labels shuffled": "the gauges and factor rows of the tokens permuted (a fixed permutation)",
+    "Q^T for Q": "every Q(xi_i) transposed",
+    "values swapped": "value gradient <-> logits_only (heads: rotated <-> plain)",
+    "factor ignored": "w = 1 inside the dynamics",
+    "causal ignored": "no mask",
+    "sa as usa": "the softmax rows replaced by 1/n",
+    "expansion loosened": f"the expansion's tolerance times {LOOSER:g}",
+}
+
+
+def _permutation(n: int) -> np.ndarray:
+    return np.random.default_rng(SHUFFLE_SEED).permutation(n)
+
+
+def _shuffle_gauge(gauge):
+    if isinstance(gauge, gauges.DenseGauge):
+        return gauges.DenseGauge(q=gauge.q[_permutation(gauge.n)])
+    if isinstance(gauge, gauges.RoPE):
+        return dataclasses.replace(gauge, angles=gauge.angles[_permutation(gauge.n)])
+    return gauge  # the identity: nothing to permute
+
+
+def _shuffle_factor(factor):
+    if isinstance(factor, factors.MatrixFactor):
+        p = _permutation(factor.n)
+        return dataclasses.replace(factor, w=factor.w[p][:, p])
+    if hasattr(factor, "xi"):
+        return dataclasses.replace(factor, xi=factor.xi[_permutation(factor.n)])
+    return factor  # w = 1
+
+
+def _transpose_gauge(gauge):
+    if isinstance(gauge, gauges.DenseGauge):
+        return gauges.DenseGauge(q=jnp.swapaxes(gauge.q, 1, 2))
+    if isinstance(gauge, gauges.RoPE):
+        return dataclasses.replace(gauge, angles=-gauge.angles)
+    return gauge
+
+
+def _identity_gauge(gauge):
+    return gauges.IdentityGauge(n=gauge.n, d=gauge.d)
+
+
+def _no_factor(factor):
+    return factors.NoFactor(n=factor.n)
+
+
+def _scaled_beta(profile, k: float):
+    try:  # a concrete beta stays concrete (the expansion chooses its degree from it)
+        beta = jnp.asarray(np.asarray(profile.beta) * k, dtype=profile.beta.dtype)
+    except jax.errors.TracerArrayConversionError:  # a program argument: scaled in the program
+        beta = profile.beta * k
+    return dataclasses.replace(profile, beta=beta)
+
+
+# (kernel or head part, what it becomes) for the parameter mutants
+_KERNEL_PARTS: dict[str, tuple[str, Callable]] = {
+    "gauge ignored": ("gauge", _identity_gauge),
+    "Q^T for Q": ("gauge", _transpose_gauge),
+    "factor ignored": ("factor", _no_factor),
+}
+_SCALES = {"sign flipped": -1.0, "time x 0.5": 0.5, "time x 2": 2.0}
+_BETAS = {"beta x 0.5": 0.5, "beta x 2": 2.0}
+_OPTIONS: dict[str, Callable[[object], dict]] = {
+    "causal ignored": lambda f: {"causal": False},
+    "sa as usa": lambda f: {"normalization": "usa"},
+    "expansion loosened": lambda f: {"tolerance": min(0.5, f.tolerance * LOOSER)},
+}
+
+
+def _wrong_attention_field(field: AttentionField, name: str) -> AttentionField:
+    kernel = field.kernel
+    options = {}
+    if name in _BETAS:
+        kernel = dataclasses.replace(kernel, profile=_scaled_beta(kernel.profile, _BETAS[name]))
+    elif name in _KERNEL_PARTS:
+        part, change = _KERNEL_PARTS[name]
+        kernel = dataclasses.replace(kernel, **{part: change(getattr(kernel, part))})
+    elif name == "labels shuffled":
+        kernel = dataclasses.replace(
+            kernel, gauge=_shuffle_gauge(kernel.gauge), factor=_shuffle_factor(kernel.factor)
+        )
+    elif name == "values swapped":
+        options = {"value": "logits_only" if field.value == "gradient" else "gradient"}
+    elif name in _OPTIONS:
+        options = _OPTIONS[name](field)
+    values = {f.name: getattr(field, f.name) for f in dataclasses.fields(AttentionField)}
+    return AttentionField(**(values | options | {"kernel": kernel}))
+
+
+def _wrong_head(head, name: str):
+    if name in _KERNEL_PARTS:
+        part, change = _KERNEL_PARTS[name]
+        return dataclasses.replace(head, **{part: change(getattr(head, part))})
+    if name == "labels shuffled":
+        gauge, factor = _shuffle_gauge(head.gauge), _shuffle_factor(head.factor)
+        return dataclasses.replace(head, gauge=gauge, factor=factor)
+    if name == "values swapped":
+        return dataclasses.replace(head, values="plain" if head.values == "rotated" else "rotated")
+    return head
+
+
+def _wrong_heads_field(field: HeadsField, name: str) -> HeadsField:
+    values = {f.name: getattr(field, f.name) for f in dataclasses.fields(HeadsField)}
+    options = _OPTIONS[name](field) if name in _OPTIONS else {}
+    if name in _BETAS:
+        options["profile"] = _scaled_beta(field.profile, _BETAS[name])
+    heads = tuple(_wrong_head(head, name) for head in field.heads)
+    return HeadsField(**(values | options | {"heads": heads}))
+
+
+def wrong_field(field, name: str):
+    """The real field with the mutation ``name`` (an instance of the real field's class)."""
+    if isinstance(field, HeadsField):
+        return _wrong_heads_field(field, name)
+    if isinstance(field, AttentionField):
+        return _wrong_attention_field(field, name)
+    raise TypeError(f"mutants: no mutation of a {type(field).__name__}")
+
+
+_CLASSES: dict[tuple[type, str], type] = {}
+
+
+def mutant_class(base: type, name: str) -> type:
+    """``Mutant[name]``, a subclass of ``base`` whose ``__call__`` runs the wrong field (one class
+    per base and mutant: the runs of one structure share its compiled program)."""
+    if (base, name) in _CLASSES:
+        return _CLASSES[base, name]
+    scale = _SCALES.get(name, 1.0)
+
+    def __call__(self, x):
+        real = base(**{f.name: getattr(self, f.name) for f in dataclasses.fields(base)})
+        v = base.__call__(real if name in _SCALES else wrong_field(real, name), x)
+        return v if scale == 1.0 else scale * v
+
+    cls = type(f"Mutant[{name}]", (base,), {"__call__": __call__, "__module__": __name__})
+    _CLASSES[base, name] = cls
+    return cls
+
+
+def mutant(field, name: str):
+    """``field`` as the mutant ``name`` (same arrays and options, the mutant's class)."""
+    base = type(field)
+    return mutant_class(base, name)(**{f.name: getattr(field, f.name) for f in dataclasses.fields(base)})
+
+
+def acts(field, name: str, x0) -> bool:
+    """Whether the mutation changes the field at ``x0`` (one state, or the first of a batch)."""
+    x = jnp.asarray(x0)
+    x = x.reshape(-1, *x.shape[-2:])[0]
+    real = np.asarray(field(x))
+    wrong = np.asarray(mutant(field, name)(x))
+    scale = max(float(np.max(np.abs(real))), 1e-300)
+    return bool(np.max(np.abs(wrong - real)) > ACTS_RTOL * scale)
+
+
+@contextlib.contextmanager
+def installed(name: str, monkeypatch=None) -> Iterator[dict]:
+    """Within the block every attnflow ``solve`` runs the mutant ``name``; yields a record
+    ``{job label: acts}`` of the runs (the label of the job being run, whether the mutant can act
+    on its field). With ``monkeypatch`` (pytest) the patches are its own; else undone on exit."""
+    original, original_run_job = solve_module.solve, reproduce.run_job
+    record: dict[str, bool] = {}
+    current = {"label": None}
+
+    def mutant_solve(field, x0, **options):
+        label = current["label"]
+        record[label] = record.get(label, False) or acts(field, name, x0)
+        return original(mutant(field, name), x0, **options)
+
+    def run_job(job, tick):
+        current["label"] = (job.experiment.id, job.variant.name, job.n)
+        return original_run_job(job, tick)
+
+    modules = [m for key, m in list(sys.modules.items()) if key.startswith("attnflow.")]
+    patches = [(m, "solve", mutant_solve) for m in modules if getattr(m, "solve", None) is original]
+    patches.append((reproduce, "run_job", run_job))
+    saved = [(module, attr, getattr(module, attr)) for module, attr, _ in patches]
+    try:
+        for module, attr, value in patches:
+            if monkeypatch is not None:
+                monkeypatch.setattr(module, attr, value)
+            else:
+                setattr(module, attr, value)
+        yield record
+    finally:
+        if monkeypatch is None:
+            for module, attr, value in saved:
+                setattr(module, attr, value)
+
+
+def run(name: str, experiments, jobs, *, workers: int = 1) -> tuple[list, dict]:
+    """The results of ``jobs`` run with the mutant ``name`` and which runs it can act on."""
+    with installed(name) as record:
+        results = reproduce.run_jobs(jobs, lambda units, stage=None: None, workers=workers)
+    return results, dict(record)
+
