@@ -158,7 +158,43 @@ def measure(cases, *, trajectories=(), placement=None, d: int = D) -> dict:
     return out
 
 
+PROCESS_CASES = ("rope_bias_sa_causal", "heads_rope_alibi_causal")
+SOLVE = dict(dt=0.05, t_end=0.5, save_every=0.25)  # the two-process trajectory (``solve``, RK4)
+
+
+def process_main(argv: list[str]) -> None:
+    """``--process ID PORT OUT``: process ``ID`` of two on this machine (``jax.distributed``, two CPU
+    devices each, CPU collectives by gloo) evaluates the fields of ``PROCESS_CASES`` sharded over
+    the 4 devices of both, and ``solve``s the first one; writes what it reads back to ``OUT``."""
+    import jax
+    import numpy as np
+
+    process, port, out = int(argv[0]), int(argv[1]), argv[2]
+    jax.config.update("jax_enable_x64", True)
+    jax.config.update("jax_num_cpu_devices", 2)
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(
+        f"127.0.0.1:{port}", num_processes=2, process_id=process, initialization_timeout=60
+    )
+
+    from attnflow.core import sphere
+    from attnflow.numerics import integrators, sharding, solve
+
+    placement = sharding.make_token_mesh()  # every device of both processes
+    x = sphere.sample_uniform(0, N, D)
+    arrays = {"devices": np.asarray(len(jax.devices())), "local": np.asarray(len(jax.local_devices()))}
+    velocity = jax.jit(lambda field, x: field(x))
+    for case in PROCESS_CASES:
+        arrays[case] = np.asarray(velocity(sharding.shard_tokens(build(case), placement), x))
+    sharded = sharding.shard_tokens(build(PROCESS_CASES[0]), placement)
+    arrays["trajectory"] = solve.solve(sharded, x, integrator=integrators.RK4(), **SOLVE).xs
+    np.savez(out, **arrays)
+    jax.distributed.shutdown()
+
+
 def main(argv: list[str]) -> None:
+    if argv[0] == "--process":
+        return process_main(argv[1:])
     devices = int(argv[0])
     os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     import jax
