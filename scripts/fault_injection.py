@@ -61,8 +61,10 @@ from pathlib import Path
 
 import numpy as np
 
+from attnflow.io.run_folder import RUN
 from attnflow.io.store import read_trajectory
-from attnflow.workflows.run import MARKER
+
+MARKER = RUN.marker  # a run folder's marker (attnflow.io.run_folder)
 
 CONFIG = """
 [model]
@@ -366,6 +368,21 @@ def folders_once(root: Path) -> list[tuple[str, bool, str]]:
         intact = one_line_refusal(through) and not any(target.iterdir())
     print(f"  --out through a symbolic link: exit {through.returncode}: {through.stderr.strip()[:160]}")
     results.append(("--out through a symbolic link", intact, through.stderr))
+
+    small = base / "small.toml"  # landscape: the same folder rules (attnflow.io.run_folder)
+    small.write_text("[model]\nn = 8\n[solver]\nt_end = 1.0\nsave_every = 0.5\n")
+    scape = base / "landscape"
+    done = run("landscape", str(small), "--out", str(scape), "--starts", "1")
+    before = snapshot(scape)
+    again = run("landscape", str(small), "--out", str(scape), "--starts", "1")
+    intact = done.returncode == 0 and one_line_refusal(again) and snapshot(scape) == before
+    replaced = run("landscape", str(small), "--out", str(scape), "--starts", "1", "--overwrite")
+    intact &= replaced.returncode == 0 and sorted(snapshot(scape)) == sorted(before)
+    print(f"  landscape into its earlier folder: exit {again.returncode}: {again.stderr.strip()[:160]}; "
+          f"--overwrite: exit {replaced.returncode}")  # fmt: skip
+    results.append(
+        ("landscape into an earlier folder, then --overwrite", intact, again.stderr + replaced.stderr)
+    )
     return results
 
 

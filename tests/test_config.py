@@ -259,10 +259,13 @@ def test_unknown_override_key_lists_allowed_keys():
         apply_overrides({}, ["solver.methd=rk4"])
 
 
-def test_override_value_error_names_file_key_and_value(tmp_path):
+def test_override_value_error_names_set_key_and_value(tmp_path):
     path = write(tmp_path, "[model]\n")
-    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: `model\.n` .* got 1\.$"):
+    with pytest.raises(ConfigError, match=r"^--set: `model\.n` .* got 1\.$"):  # the value came from --set
         load_config(path, ["model.n=1"])
+    path = write(tmp_path, "[model]\nn = 1\n")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: `model\.n` .* got 1\.$"):
+        load_config(path, ["model.d=3"])
 
 
 # --- field errors ---------------------------------------------------------------------------------
@@ -392,7 +395,7 @@ def test_every_message_is_one_line_and_pickles():
             r"`aux\.kind` must be 'prompts' when `gauge\.kind` = 'prompt'; got 'positions'\.",
         ),
         (
-            {"gauge": {"kind": "rope"}},
+            {"gauge": {"kind": "rope"}, "aux": {"kind": "none"}},  # written: kept (left out: positions)
             r"`aux\.kind` must be 'positions' or 'file' when `gauge\.kind` = 'rope'; got 'none'",
         ),
         (
@@ -400,7 +403,7 @@ def test_every_message_is_one_line_and_pickles():
             r"`aux\.kind` must be .* `gauge\.kind` = 'generalized_rope'; got 'prompts'",
         ),
         (
-            {"factor": {"kind": "distance_bias"}},
+            {"factor": {"kind": "distance_bias"}, "aux": {"kind": "none"}},
             r"`aux\.kind` must be .* `factor\.kind` = 'distance_bias'; got 'none'",
         ),
         (
@@ -409,7 +412,7 @@ def test_every_message_is_one_line_and_pickles():
             r"\(n = 8\); got 1e\+308\.",
         ),
         (
-            {"factor": {"kind": "toeplitz_cos"}},
+            {"factor": {"kind": "toeplitz_cos"}, "aux": {"kind": "none"}},
             r"`aux\.kind` must be .* `factor\.kind` = 'toeplitz_cos'; got 'none'",
         ),
         (

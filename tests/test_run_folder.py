@@ -125,3 +125,14 @@ def test_an_impossible_out_is_refused_before_the_claim(tmp_path):
         with claimed(tmp_path / "file" / "run", RUN):
             pass
     assert run_folder.in_use(tmp_path / "absent") is False
+
+
+def test_ctrl_c_inside_the_claim_leaves_a_new_folder_as_it_was(tmp_path, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run_folder, "check_claim", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        with claimed(tmp_path / "run", RUN):
+            pass
+    assert not (tmp_path / "run").exists()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import warnings
 
-from attnflow.cli import experiments, explore, simulate  # noqa: F401 - each adds its commands to `app`
+from attnflow.cli import configs, experiments, explore, simulate  # noqa: F401 - each adds its commands to `app`
 from attnflow.cli.app import (
     EXIT_BAD_INPUT,
     EXIT_CODES,

@@ -105,7 +105,7 @@ app = typer.Typer(
     + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES.items())
     + ".",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion, --show-completion (bash, zsh, fish, PowerShell)
     pretty_exceptions_enable=False,
 )
 
@@ -186,10 +186,19 @@ def one_line_warning(message, category, filename, lineno, file=None, line=None) 
     say(f"warning: {message}")
 
 
+STATUS_HINTS = {  # what a status other than "ok" asks of the user
+    "max_steps": " (the adaptive solver reached its step bound, `solver.max_steps` or 10^6 trial steps "
+    "per snapshot: raise solver.max_steps, loosen solver.rtol and solver.atol, or use a fixed-step "
+    "method)",
+    "nonfinite": " (the state left the finite numbers: lower solver.dt or model.beta)",
+}
+
+
 def exit_unless_ok(status: str, folder: Path) -> None:
     """Exit with ``EXIT_UNFINISHED`` and one line when a run ended with a status other than "ok"."""
     status = getattr(status, "value", status)  # a numerics Status or its name
     if status != "ok":
-        say(f"error: the run did not finish as asked: status {status!r}; the folder {str(folder)!r} keeps "
-            "every completed snapshot and records the status in metrics.json.")  # fmt: skip
+        why = STATUS_HINTS.get(status, "")
+        say(f"error: the run did not finish as asked: status {status!r}{why}; the folder {str(folder)!r} "
+            "keeps every completed snapshot and records the status in metrics.json.")  # fmt: skip
         raise typer.Exit(code=EXIT_UNFINISHED)

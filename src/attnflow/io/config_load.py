@@ -40,10 +40,18 @@ from attnflow.io.config_limits import (
     depth_error,
     read_config_bytes,
 )
+from attnflow.io.config_rules import POSITIONAL
 from attnflow.io.config_schema import SECTIONS, Config
 from attnflow.io.config_unused import check_unused
 
-__all__ = ["apply_overrides", "config_from_dict", "config_hash", "load_config", "resolved_dict"]
+__all__ = [
+    "apply_overrides",
+    "config_from_dict",
+    "config_hash",
+    "load_config",
+    "resolved_dict",
+    "resolved_toml",
+]
 
 
 # --- pydantic errors -> ConfigError ---------------------------------------------------------------
@@ -195,6 +203,7 @@ def config_from_dict(data: Mapping[str, Any], where: str = "config") -> Config:
     """Validate a plain dict (as read from TOML) into a :class:`Config`; errors as ConfigError."""
     if isinstance(data, Mapping):
         check_depth(data, where=where)
+        data = _with_implied_labels(data)
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:
@@ -204,18 +213,37 @@ def config_from_dict(data: Mapping[str, Any], where: str = "config") -> Config:
     return config
 
 
+def _with_implied_labels(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``data`` with ``aux.kind = "positions"`` when a kernel that is a function of positions is
+    chosen (a RoPE gauge, a distance-bias factor, ...: ``config_rules.POSITIONAL``) and
+    ``aux.kind`` is not written: a RoPE config need not repeat ``[aux] kind = "positions"``.
+    Labels written (any ``aux.kind``) are kept as written."""
+    aux = data.get("aux", {})
+    if not isinstance(aux, Mapping) or "kind" in aux:
+        return data
+    for section, kinds in POSITIONAL.items():
+        table = data.get(section)
+        if isinstance(table, Mapping) and table.get("kind") in kinds:
+            return {**data, "aux": {**aux, "kind": "positions"}}
+    return data
+
+
 def load_config(path: str | PathLike[str], overrides: Iterable[str] = ()) -> Config:
     """Read a TOML config, apply ``"section.key=value"`` overrides, validate.
 
     Relative ``path`` values in the file resolve against the file's folder, those in overrides
     against the working directory. A key that the chosen kind does not read (``factor.path`` with
-    ``factor.kind = "none"``) is refused, naming the file or ``--set``.
+    ``factor.kind = "none"``) is refused, naming the file or ``--set``; so is a bad value, naming
+    ``--set`` when it was given there.
     """
     file, where, overrides = Path(path), str(path), list(overrides)
     data = _resolve_paths(_read_toml(file), file.parent)
     data = _resolve_paths(apply_overrides(data, overrides), Path.cwd())
-    config = config_from_dict(data, where=where)
     overridden = {override.partition("=")[0].strip() for override in overrides}
+    try:
+        config = config_from_dict(data, where=where)
+    except ConfigError as error:  # a value given by --set is --set's error, not the file's
+        raise (error.at("--set") if error.key in overridden else error) from None
     check_unused(data, config, where=where, overridden=overridden)
     return config
 
@@ -320,3 +348,25 @@ def config_hash(config: Config) -> str:
     """First 12 hex digits of sha256 of the canonical JSON of :func:`resolved_dict`."""
     canonical = json.dumps(resolved_dict(config), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:12]
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a TOML basic string
+    return "[" + ", ".join(_toml_value(item) for item in value) + "]"
+
+
+def resolved_toml(config: Config) -> str:
+    """The config as a TOML file with every default filled in (what :func:`load_config` reads
+    back as the same config). A key without a value (``null``: a path not set, a block size chosen
+    automatically) is written as a comment."""
+    lines: list[str] = []
+    for section, table in resolved_dict(config).items():
+        lines += ["" if lines else None, f"[{section}]"]
+        for key, value in table.items():
+            lines.append(f"# {key} = (unset)" if value is None else f"{key} = {_toml_value(value)}")
+    return "\n".join(line for line in lines if line is not None) + "\n"

@@ -13,7 +13,15 @@ from typing import Any
 
 from attnflow.io.config_errors import ConfigError
 
-__all__ = ["FIXED_STEP_METHODS", "MAX_STEPS", "RULES", "WEIGHT_MAKERS", "check_rules", "gauge_dim"]
+__all__ = [
+    "FIXED_STEP_METHODS",
+    "MAX_STEPS",
+    "POSITIONAL",
+    "RULES",
+    "WEIGHT_MAKERS",
+    "check_rules",
+    "gauge_dim",
+]
 
 FIXED_STEP_METHODS = ("euler", "rk4", "geodesic_rk4")
 MULTIPLE_RTOL = 1e-9  # relative tolerance for "save_every is a whole multiple of dt"
@@ -114,7 +122,9 @@ def _time_grid_is_whole(config) -> None:
         )
 
 
-_POSITIONAL = {"gauge": ("rope", "generalized_rope"), "factor": ("distance_bias", "toeplitz_cos")}
+# kernels that are functions of positions xi: without `aux.kind` written they imply positions
+# (attnflow.io.config_load), and with other labels they are refused here
+POSITIONAL = {"gauge": ("rope", "generalized_rope"), "factor": ("distance_bias", "toeplitz_cos")}
 
 
 def _labels_fit_the_kernel(config) -> None:
@@ -126,14 +136,15 @@ def _labels_fit_the_kernel(config) -> None:
             aux.kind,
             hint="A prompt gauge gives each prompt id its own rotation; set aux.kind = 'prompts'.",
         )
-    for name, positional in _POSITIONAL.items():
+    for name, positional in POSITIONAL.items():
         kind = getattr(config, name).kind
         if kind in positional and aux.kind not in ("positions", "file"):
             raise ConfigError.from_parts(
                 "aux.kind",
                 f"'positions' or 'file' when `{name}.kind` = {kind!r}",
                 aux.kind,
-                hint=f"{name} {kind!r} is a function of positions xi; set aux.kind = 'positions'.",
+                hint=f"{name} {kind!r} is a function of positions xi; set aux.kind = 'positions' (or "
+                "leave it out).",
             )
 
 

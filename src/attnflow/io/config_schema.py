@@ -18,7 +18,7 @@ import numpy as np
 from annotated_types import Ge, Gt, Le, MinLen
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_serializer, model_validator
 
-from attnflow.io.config_rules import check_rules
+from attnflow.io.config_rules import MAX_STEPS, check_rules
 
 __all__ = [
     "AttentionConfig",
@@ -195,6 +195,21 @@ class SolverConfig(_Frozen):
         description="the expansion's error bound, relative to the field's scale (interaction "
         "'expansion' or 'auto' only)",
     )
+    max_steps: Annotated[Int, Ge(1), Le(MAX_STEPS)] | None = Field(
+        None,
+        description=f"an integer in [1, {MAX_STEPS:.0e}] or left out: the adaptive solver's bound on its "
+        "steps over the whole run (the run then stops with status 'max_steps'); left out: at most "
+        "10^6 trial steps per snapshot",
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_absent_max_steps(self, handler):
+        """No ``max_steps`` key when it is not set: resolved configs (and their hashes, the names
+        of run folders) are what they were before the key existed."""
+        data = handler(self)
+        if self.max_steps is None:
+            data.pop("max_steps", None)
+        return data
 
 
 class StorageConfig(_Frozen):

@@ -64,9 +64,9 @@ IGNORED: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {
         "file": ("center", "sigma", "rho0"),
     },
     ("solver", "method"): {
-        "euler": ("rtol", "atol"),
-        "rk4": ("rtol", "atol"),
-        "geodesic_rk4": ("rtol", "atol"),
+        "euler": ("rtol", "atol", "max_steps"),
+        "rk4": ("rtol", "atol", "max_steps"),
+        "geodesic_rk4": ("rtol", "atol", "max_steps"),
         "adaptive": (),
     },
     ("solver", "interaction"): {

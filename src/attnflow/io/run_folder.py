@@ -282,19 +282,21 @@ def claimed(
             "writing now."
         )
     try:
+        earlier = (folder / layout.marker).exists()
         try:
             check_claim(folder, layout, resume=resume, overwrite=overwrite)  # as it is now, held
-            earlier = (folder / layout.marker).exists()
             if earlier and resume and check is not None:
                 check(folder)
-        except BaseException:
+            resumed = earlier and resume and layout.resumable(folder)
+            if earlier and not resumed and (overwrite or resume):  # replaced, or nothing to continue
+                remove(layout.own_paths(folder), folder)
+            (folder / layout.marker).touch()
+        except BaseException:  # refused, or Ctrl-C: a new folder is left as it was found
+            if not earlier:
+                (folder / layout.marker).unlink(missing_ok=True)
             if created and not any(folder.iterdir()):
                 folder.rmdir()
             raise
-        resumed = earlier and resume and layout.resumable(folder)
-        if earlier and not resumed and (overwrite or resume):  # replaced, or nothing to continue
-            remove(layout.own_paths(folder), folder)
-        (folder / layout.marker).touch()
         yield Claim(path=folder, layout=layout, resumed=resumed, created=created)
     finally:
         os.close(fd)

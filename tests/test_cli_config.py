@@ -1,0 +1,123 @@
+"""The command line around a config (issue 28, item 8): `config show`, `config check`, `--set`
+errors that blame `--set`, positions implied by a RoPE gauge, shell completion, `solver.max_steps`."""
+
+import tomllib
+
+import pytest
+from typer.testing import CliRunner
+
+from attnflow.cli import app
+from attnflow.cli.app import exit_unless_ok
+from attnflow.io.config import ConfigError, config_from_dict, config_hash, load_config, resolved_dict
+
+ROPE = '[model]\nn = 16\n[gauge]\nkind = "rope"\n[solver]\nt_end = 1.0\nsave_every = 0.5\n'
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+@pytest.fixture
+def rope_file(tmp_path):
+    path = tmp_path / "rope.toml"
+    path.write_text(ROPE)
+    return path
+
+
+def test_a_rope_gauge_implies_positions_unless_labels_are_written():
+    assert config_from_dict({"gauge": {"kind": "rope"}}).aux.kind == "positions"
+    assert config_from_dict({"factor": {"kind": "distance_bias"}}).aux.kind == "positions"
+    assert config_from_dict(
+        {"gauge": {"kind": "rope"}, "aux": {"kind": "file", "path": "x.npy"}}
+    ).aux.kind == ("file")
+    with pytest.raises(
+        ConfigError, match=r"`aux\.kind` must be 'positions' or 'file' when `gauge\.kind` = 'rope'"
+    ):
+        config_from_dict({"gauge": {"kind": "rope"}, "aux": {"kind": "none"}})
+    assert config_from_dict({}).aux.kind == "none"  # no positional kernel: no labels
+    explicit = {"gauge": {"kind": "rope"}, "aux": {"kind": "positions"}}
+    assert config_hash(config_from_dict({"gauge": {"kind": "rope"}})) == config_hash(
+        config_from_dict(explicit)
+    )
+
+
+def test_a_bad_set_value_blames_set_and_a_bad_file_value_the_file(rope_file, tmp_path):
+    result = invoke("run", str(rope_file), "--set", "gauge.kind=ropee", "--out", str(tmp_path / "o"))
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        "error: --set: `gauge.kind` must be one of 'none', 'rope', 'generalized_rope', 'prompt', 'file'; got "
+        "'ropee'. Did you mean 'rope'?"
+    ]
+    bad = tmp_path / "bad.toml"
+    bad.write_text(ROPE.replace('"rope"', '"ropee"'))
+    result = invoke("run", str(bad), "--set", "model.beta=2", "--out", str(tmp_path / "o"))
+    assert result.exit_code == 2 and result.stderr.startswith(f"error: {bad}: `gauge.kind` must be one of")
+    with pytest.raises(ConfigError, match=r"^--set: `model\.n` must be an integer >= 2; got 1\.$"):
+        load_config(rope_file, ["model.n=1"])
+    assert not (tmp_path / "o").exists()
+
+
+def test_config_show_prints_every_default_and_reads_back_as_the_same_config(rope_file):
+    result = invoke("config", "show", str(rope_file), "--set", "model.beta=2")
+    assert result.exit_code == 0, result.output
+    shown = tomllib.loads(result.stdout)
+    config = load_config(rope_file, ["model.beta=2"])
+    assert config_from_dict(shown) == config
+    resolved = resolved_dict(config)
+    assert list(shown) == list(resolved)
+    for section, table in resolved.items():  # every key with a value is written (null ones as comments)
+        assert {k for k, v in table.items() if v is not None} == set(shown[section])
+        assert all(f"# {k} = (unset)" in result.stdout for k, v in table.items() if v is None)
+    assert shown["aux"]["kind"] == "positions"
+
+
+def test_config_show_refuses_bad_input_in_one_line(tmp_path):
+    result = invoke("config", "show", str(tmp_path / "absent.toml"))
+    assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1
+
+
+def test_config_check_validates_and_estimates_without_running(rope_file, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = invoke("config", "check", str(rope_file))
+    assert result.exit_code == 0, result.output
+    for word in ("valid", "memory", "MiB", "steps", "100", "time", "about"):
+        assert word in result.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rope.toml"]  # nothing written
+    too_big = invoke("config", "check", str(rope_file), "--set", "model.n=100000000000")
+    assert too_big.exit_code == 2
+    (line,) = too_big.stderr.splitlines()
+    assert "`model.n` must leave the run within memory" in line
+    adaptive = invoke("config", "check", str(rope_file), "--set", "solver.method=adaptive")
+    assert adaptive.exit_code == 0 and "not known before the run" in adaptive.stdout
+
+
+def test_shell_completion_is_offered():
+    result = invoke("--help")
+    assert result.exit_code == 0
+    assert "--install-completion" in result.stdout and "--show-completion" in result.stdout
+
+
+def test_max_steps_is_an_adaptive_key_with_a_bound_and_leaves_other_hashes_alone(tmp_path):
+    config = config_from_dict({"solver": {"method": "adaptive", "max_steps": 1000}})
+    assert config.solver.max_steps == 1000 and resolved_dict(config)["solver"]["max_steps"] == 1000
+    assert "max_steps" not in resolved_dict(config_from_dict({}))["solver"]
+    assert config_hash(config_from_dict({})) == "1f6c3cfa19e7"  # as before the key existed
+    for value in (0, 10**9, 1.5, "many"):
+        with pytest.raises(ConfigError, match=r"`solver\.max_steps` must be"):
+            config_from_dict({"solver": {"method": "adaptive", "max_steps": value}})
+    path = tmp_path / "rk4.toml"
+    path.write_text('[solver]\nmethod = "rk4"\nmax_steps = 10\n')
+    with pytest.raises(
+        ConfigError, match=r"`solver\.max_steps` must be left out when `solver\.method` = 'rk4'"
+    ):
+        load_config(path)
+
+
+def test_a_run_stopped_by_its_step_bound_names_the_key(capsys, tmp_path):
+    import typer
+
+    with pytest.raises(typer.Exit) as stop:
+        exit_unless_ok("max_steps", tmp_path)
+    assert stop.value.exit_code == 3
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "status 'max_steps' (the adaptive solver reached its step bound, `solver.max_steps`" in line
