@@ -77,7 +77,8 @@ def build(case: str, n: int = N, d: int = D):
         return field(kernel(rope(d), matrix), block_size=8)
     identity = gauges.IdentityGauge(n=n, d=d)
     if case == "identity_sa_strict":
-        return field(kernel(identity, factors.NoFactor(n=n)), normalization="sa", causal="strict")
+        sa_strict = dict(normalization="sa", causal="strict", block_size=16)  # a running maximum, 4 tiles
+        return field(kernel(identity, factors.NoFactor(n=n)), **sa_strict)
     # the expansion at beta = 1 and a loose tolerance: a low degree, a cheap compile (the sharded and
     # the one-device evaluation use the same features whatever the tolerance)
     expansion = dict(interaction="expansion", tolerance=1e-6)
@@ -119,7 +120,7 @@ def build(case: str, n: int = N, d: int = D):
             H.make_head(*(maps[name][h] for name in H.MAP_NAMES), gauge=prompt(head_dim), factor=matrix)
             for h in range(2)
         ]
-        return HeadsField(tuple(heads), profile, normalization="sa", causal="strict", sources=1)
+        return HeadsField(tuple(heads), profile, normalization="sa", causal="strict", sources=1, block_size=8)
     raise ValueError(f"sharding_cases: `case` must be one of {FIELD_CASES + PREFIX_CASES}; got {case!r}.")
 
 

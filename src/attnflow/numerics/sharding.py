@@ -12,30 +12,40 @@ The exact sum ``g_i = Σ_j a_ij y_j`` (``jax.shard_map`` over the token axis):
 1. each device applies the gauge to its own rows (a gauge's arrays are per token, so they are
    sharded with the rows) and forms its queries, keys and values;
 2. the keys and values are all-gathered (``O(n d)`` per device);
-3. each device sums its rows against every key, in row blocks of ``block_size`` local rows
-   (``lax.map``): the weights of one block are ``block_size × n``, so the memory per device is
-   ``O(n d + block_size · n)`` next to the ``O(n²/P)`` work;
+3. each device sums its rows against every key in tiles of ``block_size`` rows × ``block_size``
+   keys (``lax.map`` over its row blocks, ``lax.scan`` over the key blocks; under a causal mask
+   the key blocks after a row block are skipped), so the memory per device is
+   ``O(n d + block_size²)`` next to its ``O(n²/P)`` work (one tile of ``L × n`` when the field's
+   ``block_size`` is None);
 4. the read-out (the gauge's transpose), the projection and the held sources are applied to the
    local rows, and the velocities are all-gathered, so the state stays replicated (``O(n d)``) and
    every process can read it.
 
 What the local rows need: the rows of the gauge (sharded), the queries' causal mask by global
-token index (``p L + local index``), the factor's rows ``w[i, :]`` for the local ``i`` against every
-``j``: the label factors (``DistanceBias``, ``ToeplitzCos``) hold ``O(n)`` labels and are
-replicated, a ``MatrixFactor`` is sharded by rows (``O(n²/P)`` per device). The bound on the
+token index (``p L + local index``), the factor's entries ``w_ij`` for the local ``i`` against
+every ``j`` (the factor's ``tile``): the label factors (``DistanceBias``, ``ToeplitzCos``) hold
+``O(n)`` labels and are replicated, a ``MatrixFactor`` is sharded by rows (``O(n²/P)`` per
+device). The bound on the
 logits of "usa" (``logit_bound``) is the global one (``pmax`` of the local query norms), so a
-shard's exponentials are those of the one-device sum.
+shard's exponentials are those of the one-device sum. Every pair ``(i, j)`` is evaluated once, by
+the owner of row ``i``: twice the exponentials of the one-device symmetric tiles (which evaluate a
+tile pair once for both of its rows), the price of rows that stay local.
 
-The expansion (``interaction = "expansion"``, no mask, factor none or Toeplitz cosine): the
-moments ``M = Σ_j F(k_j)ᵀ [a_j y_j]`` of the local tokens are added over the devices (``psum``), and
-each device evaluates its own rows against them: ``O(n R d / P)`` work per device and one
-``R × T d'`` reduction. The causal and distance-bias prefix sums are not sharded (a ``ValueError``
-names the setting).
+The expansion (``interaction = "expansion"``, paper's field only): without a mask and without the
+distance bias, the moments ``M = Σ_j F(k_j)ᵀ [a_j y_j]`` of the local tokens are added over the
+devices (``psum``) and each device evaluates its own rows against them (``O(n R d / P)`` work per
+device and one ``R × T d'`` reduction). The causal and distance-bias prefix sums
+(``expansion._prefix_sum``: token order, or label order before and after each token) are cut into
+``P`` contiguous pieces of whole ``PREFIX_CHUNK`` chunks, so that the pairs summed exactly (inside
+a chunk) are those of one device; each device runs its piece from the carry of the pieces before
+it: their moments, all-gathered and folded in order by a ``lax.scan`` over the pieces (the decay
+of the distance bias applied between the pieces' last labels).
 
-The results agree with one device to round-off (the sums are regrouped: row blocks instead of
-symmetric tiles); ``tests/test_sharding.py`` checks the field within 1e-13 and an RK4 trajectory
-within 1e-12 on 4 host devices, ``tests/test_sharding_processes.py`` the same on two processes
-(``jax.distributed``, CPU collectives by gloo).
+The results agree with one device to round-off (the sums are regrouped: tiles of rows against
+keys instead of symmetric tiles, a running row maximum for "sa"): ``tests/test_sharding.py``
+checks the field within 1e-13 and an RK4 trajectory within 1e-12 on 4 host devices,
+``tests/test_sharding_processes.py`` the same on two processes (``jax.distributed``, CPU
+collectives by gloo).
 
 ``ShardedField`` is a pytree: the wrapped field's arrays are its children, the placement and the
 field's options its static data, so ``jax.jit`` over it compiles once per structure.
@@ -114,53 +124,82 @@ def _row_sharded(factor) -> bool:
     return isinstance(factor, ROW_SHARDED_FACTORS)
 
 
-def _factor_rows(factor, local_idx: jax.Array, global_idx: jax.Array, n: int) -> jax.Array:
-    """``w[i, :]`` for the local rows: a row-sharded factor by its local index, a label factor by
-    the global one (padding rows clamped to the last token; they are dropped)."""
+def _factor_tile(factor, local_idx: jax.Array, global_idx: jax.Array, cols: jax.Array, n: int, dtype):
+    """``w[i, j]`` for the local rows ``i`` and the keys ``cols``: a row-sharded factor by the rows'
+    local index, a label factor by their global one (padding rows clamped to the last token; they
+    are dropped). The factor's own ``tile`` (``attnflow.core.factors``)."""
     if _row_sharded(factor):
-        return factor.rows(local_idx)
-    return factor.rows(jnp.minimum(global_idx, n - 1))
+        return factor.tile(local_idx, cols, dtype)
+    return factor.tile(jnp.minimum(global_idx, n - 1), cols, dtype)
 
 
 def _local_sum(factor, profile, q, k, values, *, offset, n: int, causal, sa: bool, shift: str, bound, block):
-    """``Σ_j a_ij values_j`` for the local queries ``q (L, m)`` against all keys ``k (n, m)``: the
-    unnormalised weights ``w_ij e^{β(s_ij − shift_i)}`` times ``[values, 1]`` (the ones give the
-    softmax denominators), in row blocks of ``block`` rows. ``shift``: "unit" (``s − 1``, unit
-    queries and keys: ``attention_sum``), "bound" (``s − bound``, "usa" of ``qkv_sum``) or "row"
-    (each row's largest seen logit, "sa" of ``qkv_sum``). Returns ``(L, dv [+ 1])``."""
+    """``Σ_j a_ij values_j`` for the local queries ``q (L, m)`` (global rows ``offset + i``) against
+    all keys ``k (n, m)``: the unnormalised weights ``w_ij e^{β(s_ij − shift_i)}`` times
+    ``[values, 1]`` (the ones give the softmax denominators), ``(L, dv [+ 1])``.
+
+    Tiles of ``block`` rows × ``block`` keys (``lax.map`` over the row blocks, ``lax.scan`` over the
+    key blocks, the key blocks past a causal row block skipped), so the memory per device is
+    ``O(n m + block²)``; ``block`` None: one tile of every local row and every key. ``shift``:
+    "unit" (``s − 1``, unit queries and keys: ``attention_sum``), "bound" (``s − bound``, "usa" of
+    ``qkv_sum``) or "row" (each row's largest seen logit, "sa" of ``qkv_sum``: kept as a running
+    maximum over the key blocks, the sums rescaled when it grows)."""
     rows_here, dtype = q.shape[0], q.dtype
     exp = profile.kind == "exp"
+    beta = profile.beta.astype(dtype)
     y = values.astype(dtype)
     if sa:
         y = jnp.concatenate([y, jnp.ones((n, 1), dtype)], axis=1)
-    columns = jnp.arange(n)[None, :]
+    b = rows_here if block is None else min(int(block), rows_here)
+    c = n if block is None else min(int(block), n)
+    tiles = -(-n // c)
+    key_tiles = jnp.pad(k, ((0, tiles * c - n), (0, 0))).reshape(tiles, c, k.shape[1])
+    value_tiles = jnp.pad(y, ((0, tiles * c - n), (0, 0))).reshape(tiles, c, y.shape[1])
 
-    def rows(idx):
+    def add_tile(idx, carry, t):
+        top, acc = carry
         global_idx = offset + idx
-        s = q[idx] @ k.T
-        seen = None
+        cols = t * c + jnp.arange(c)
+        s = q[idx] @ key_tiles[t].T
+        seen = cols[None, :] < n  # the padding keys are never seen
         if causal is not False:
-            seen = columns < global_idx[:, None] if causal == "strict" else columns <= global_idx[:, None]
+            below = (
+                cols[None, :] < global_idx[:, None]
+                if causal == "strict"
+                else cols[None, :] <= global_idx[:, None]
+            )
+            seen = seen & below
         if not exp:
-            weights = jnp.ones_like(s)
+            e = jnp.ones_like(s)
         elif shift == "unit":
-            weights = profile.dphi_unit(s).astype(dtype)
+            e = profile.dphi_unit(s).astype(dtype)
         elif shift == "bound":
-            weights = jnp.exp(profile.beta.astype(dtype) * (s - bound))
+            e = jnp.exp(beta * (s - bound))
         else:
-            top = jnp.max(s if seen is None else jnp.where(seen, s, -jnp.inf), axis=1, keepdims=True)
-            weights = jnp.exp(profile.beta.astype(dtype) * (s - jnp.where(jnp.isfinite(top), top, 0.0)))
-        weights = _factor_rows(factor, idx, global_idx, n).astype(dtype) * weights
-        if seen is not None:
-            weights = jnp.where(seen, weights, 0.0)
-        return weights @ y
+            grown = jnp.maximum(top, jnp.max(jnp.where(seen, s, -jnp.inf), axis=1, keepdims=True))
+            safe = jnp.where(jnp.isfinite(grown), grown, 0.0)
+            acc = acc * jnp.where(jnp.isfinite(top), jnp.exp(beta * (top - safe)), 0.0)
+            e, top = jnp.exp(beta * (s - safe)), grown
+        w = _factor_tile(factor, idx, global_idx, jnp.minimum(cols, n - 1), n, dtype)
+        return top, acc + jnp.where(seen, w * e, 0.0) @ value_tiles[t]
 
-    if block is None or block >= rows_here:
-        return rows(jnp.arange(rows_here))
-    count = -(-rows_here // block)
-    idx = jnp.minimum(jnp.arange(count * block), rows_here - 1).reshape(count, block)
-    out = jax.lax.map(rows, idx)
-    return out.reshape(count * block, -1)[:rows_here]
+    def row_block(idx):
+        init = (jnp.full((b, 1), -jnp.inf, dtype), jnp.zeros((b, y.shape[1]), dtype))
+        last = offset + jnp.max(idx)  # the block's last row: later key blocks are unseen when causal
+
+        def step(carry, t):
+            if causal is False:
+                return add_tile(idx, carry, t), None
+            return jax.lax.cond(
+                t * c <= last, lambda carry: add_tile(idx, carry, t), lambda carry: carry, carry
+            ), None
+
+        return jax.lax.scan(step, init, jnp.arange(tiles))[0][1]
+
+    count = -(-rows_here // b)
+    idx = jnp.minimum(jnp.arange(count * b), rows_here - 1).reshape(count, b)
+    out = row_block(idx[0]) if count == 1 else jax.lax.map(row_block, idx).reshape(count * b, -1)
+    return out[:rows_here]
 
 
 def _normalised(summed, dv: int, *, sa: bool, scale, n: int, guard: bool):
