@@ -83,6 +83,7 @@ __all__ = [
 NORMALIZATIONS = ("usa", "sa")
 FILTER_STRENGTH = 36.0  # σ at the Nyquist mode is e^{-36} ≈ 2e-16: the top mode is removed to round-off
 MIN_GRID = 8
+MODE_CUT = 1e-20  # kernel coefficients below this share of its mean are dropped (below round-off)
 KERNEL_TAIL = 1e-12  # the kernel's coefficients past grid/3 (touched by the filter) relative to its mean
 TAIL_TOL = 1e-8  # default share of spectral energy in the top third above which a run is under-resolved
 NEGATIVE_TOL = 1e-8  # default: negative mass (per label, of mass 1) above which a run is under-resolved
@@ -124,7 +125,7 @@ _MESSAGES = {
 
 
 @pytree_dataclass(data_fields=["nodes", "weights"], meta_fields=[])
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class LabelQuadrature:
     """The label law ``ρ ≈ Σ_l weights_l δ_{nodes_l}`` (weights positive, summing to 1)."""
 
@@ -184,7 +185,7 @@ def prompt_labels(weights, *, dtype=jnp.float64) -> LabelQuadrature:
 
 
 @pytree_dataclass(data_fields=["angle", "orientation"], meta_fields=[])
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class CircleGauge:
     """``Q(ξ_l) ∈ O(2)`` per label node: the gauge-frame angle is ``ψ = orientation_l · θ + angle_l``
     (orientation 1: a rotation by ``angle``; −1: the reflection ``θ ↦ angle − θ``)."""
@@ -220,7 +221,7 @@ def circle_gauge_from_matrices(q, *, dtype=jnp.float64) -> CircleGauge:
 
 
 @pytree_dataclass(data_fields=["f"], meta_fields=[])
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class CircleDensity:
     """``f (L, M)``: label ``l``'s density (w.r.t. ``dθ``, mass 1) at ``θ_j = 2π j / M``."""
 
@@ -245,6 +246,21 @@ def kernel_grid(beta: float) -> int:
     return max(MIN_GRID, 3 * top)
 
 
+def kept_modes(profile: Profile, grid: int) -> int:
+    """The kernel's modes the field keeps: up to the first below ``MODE_CUT`` of its mean (then
+    round-off), rounded up to a multiple of 8 (β moving a little does not change the program),
+    at most ``grid // 2 + 1``. The label product then costs ``O(L² P)``, not ``O(L² M)``."""
+    top = grid // 2 + 1
+    if profile.kind == "exp":
+        beta = float(profile.beta)
+        needed = 1
+        while needed < top and scipy.special.ive(needed, beta) >= MODE_CUT * scipy.special.ive(0, beta):
+            needed += 1
+    else:
+        needed = 2  # cos s and the constant: modes 0 and 1
+    return min(top, -(-needed // 8) * 8)
+
+
 def _kernel_coefficients(profile: Profile, modes: int) -> tuple[np.ndarray, np.ndarray]:
     """Fourier coefficients ``a_k`` (``Σ_k a_k e^{iks}``, ``k = 0..modes−1``) of ``φ(cos s)/scale``
     and ``φ'(cos s)/scale``, ``scale = φ'(1)`` (bounded by 1/β and 1: no overflow)."""
@@ -261,7 +277,7 @@ def _kernel_coefficients(profile: Profile, modes: int) -> tuple[np.ndarray, np.n
     data_fields=["labels", "gauge", "w", "phi_hat", "dphi_hat", "scale"],
     meta_fields=["grid", "normalization", "filter_order"],
 )
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class CircleDensityField:
     """``state ↦ ∂_t state`` of the continuity equation (build it with :func:`make_circle_field`).
 
@@ -271,8 +287,8 @@ class CircleDensityField:
     labels: LabelQuadrature
     gauge: CircleGauge
     w: jax.Array  # (L, L): the factor on the label nodes
-    phi_hat: jax.Array  # (M//2 + 1,): coefficients of φ(cos s)/scale
-    dphi_hat: jax.Array  # (M//2 + 1,): coefficients of φ'(cos s)/scale
+    phi_hat: jax.Array  # (P,): coefficients of φ(cos s)/scale, k = 0..P−1 (P = kept_modes)
+    dphi_hat: jax.Array  # (P,): coefficients of φ'(cos s)/scale
     scale: jax.Array  # φ'(1)
     grid: int
     normalization: str
@@ -301,12 +317,19 @@ class CircleDensityField:
         return jnp.where(self.gauge.orientation[:, None] > 0, z, jnp.conj(z))
 
     def _convolve(self, coefficients: jax.Array, kernel_hat: jax.Array) -> jax.Array:
-        """Coefficients (in θ, per label ξ) of ``Σ_ζ ρ_ζ w(ξ,ζ) ∫ k(ψ_ξ(θ) − ψ_ζ(θ')) f(θ', ζ) dθ'``."""
-        phase = jnp.exp(1j * self._modes()[None, :] * self.gauge.angle[:, None])  # e^{ikα_l}
-        frame = jnp.conj(phase) * self._conjugate_where_reflected(coefficients)  # ψ-frame coefficients
-        mixed = (self.w * self.labels.weights[None, :]).astype(frame.dtype) @ frame
-        mixed = 2.0 * np.pi * kernel_hat[None, :] * mixed
-        return self._conjugate_where_reflected(phase * mixed)
+        """Coefficients (in θ, per label ξ) of ``Σ_ζ ρ_ζ w(ξ,ζ) ∫ k(ψ_ξ(θ) − ψ_ζ(θ')) f(θ', ζ) dθ'``.
+
+        Only the kernel's ``P = len(kernel_hat)`` first modes are non-zero (past them its coefficients
+        are below round-off, :func:`kept_modes`): the gauge phases and the ``(L, L)`` label product act
+        on those, as one real product on the stacked real and imaginary parts."""
+        kept = kernel_hat.shape[0]
+        phase = jnp.exp(1j * jnp.arange(kept)[None, :] * self.gauge.angle[:, None])  # e^{ikα_l}
+        frame = jnp.conj(phase) * self._conjugate_where_reflected(coefficients[:, :kept])  # ψ frame
+        mix = (self.w * self.labels.weights[None, :]).astype(frame.real.dtype)
+        parts = mix @ jnp.concatenate([frame.real, frame.imag], axis=1)
+        mixed = (2.0 * np.pi * kernel_hat[None, :]) * (parts[:, :kept] + 1j * parts[:, kept:])
+        back = self._conjugate_where_reflected(phase * mixed)
+        return jnp.pad(back, ((0, 0), (0, self.grid // 2 + 1 - kept)))
 
     # -- the quantities -------------------------------------------------------------------------
     def potential(self, state: CircleDensity) -> jax.Array:
@@ -382,8 +405,7 @@ def make_circle_field(
         raise ValueError(
             f"{where}: `normalization` 'sa' requires a non-negative factor; got {type(factor).__name__}."
         )
-    modes = grid // 2 + 1
-    phi_hat, dphi_hat = _kernel_coefficients(profile, modes)
+    phi_hat, dphi_hat = _kernel_coefficients(profile, kept_modes(profile, grid))
     if profile.kind == "exp":
         needed = kernel_grid(float(profile.beta))
         if grid < needed:
