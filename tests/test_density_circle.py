@@ -420,6 +420,11 @@ def test_stable_dt_is_stable_and_tenfold_is_not():
     bad = _run(field, f0, dt=10 * dt, steps=15)[1].f[-1]
     assert np.all(np.isfinite(np.asarray(ok))) and np.max(np.abs(np.asarray(ok))) < 10.0
     assert not np.all(np.abs(np.asarray(bad)) < 10.0)
+    # the law-independent step is below the state's own for this law and for a sharp one (κ = 40)
+    assert dc.safe_dt(field) <= dt
+    sharp = np.exp(40.0 * (np.cos(dc.grid_angles(grid)) - 1.0))[None, :]
+    sharp = jnp.asarray(sharp / (2.0 * np.pi * np.mean(sharp)))
+    assert dc.safe_dt(field) <= float(dc.stable_dt(field, dc.CircleDensity(sharp)))
 
 
 # --- validation -----------------------------------------------------------------------------------
