@@ -324,6 +324,23 @@ def _prefix_sum_from(plan, profile, q, k, y, a, zeta, slope, carry, *, strict: b
     return out.reshape(-1, y.shape[1])[: k.shape[0]]
 
 
+def _chunk(plan, rows: int) -> int:
+    """Tokens per chunk of the moments: ``chunk · R`` about ``expansion.CHUNK_ENTRIES`` (as one device)."""
+    return int(min(rows, max(64, expansion.CHUNK_ENTRIES // plan.rank)))
+
+
+def _moments(plan, k_chunks, y_chunks, a_chunks) -> jax.Array:
+    """``Σ_j F(k_j)ᵀ [a_j1 y_j, …, a_jT y_j]`` over chunks ``(m, chunk, ·)`` (``lax.scan``): memory
+    ``O(chunk · R)``, not ``O(rows · R)``."""
+
+    def accumulate(moments, c):
+        kc, yc, ac = c
+        return moments + plan.features(kc).T @ expansion._spread(ac, yc), None
+
+    init = jnp.zeros((plan.rank, a_chunks.shape[2] * y_chunks.shape[2]), k_chunks.dtype)
+    return jax.lax.scan(accumulate, init, (k_chunks, y_chunks, a_chunks))[0]
+
+
 def _sharded_prefix(plan, profile, u, y, a, zeta, slope, *, strict: bool, axis: str, shards: int):
     """``expansion._prefix_sum`` of every token (``u``, ``y``, ``a``, ``zeta`` in processing order, on
     every device) with the order cut into ``shards`` contiguous pieces of whole ``PREFIX_CHUNK``
@@ -339,7 +356,8 @@ def _sharded_prefix(plan, profile, u, y, a, zeta, slope, *, strict: bool, axis: 
     p = jax.lax.axis_index(axis)
     up, yp, ap, zp = (jax.lax.dynamic_slice_in_dim(t, p * rows, rows) for t in (u, y, a, zeta))
     last = zp[-1]
-    own = plan.features(up).T @ expansion._spread(ap * jnp.exp(-slope * (last - zp))[:, None], yp)
+    chunked = lambda t: expansion._chunked(t, chunk)  # noqa: E731  (whole chunks: rows is a multiple)
+    own = _moments(plan, chunked(up), chunked(yp), chunked(ap * jnp.exp(-slope * (last - zp))[:, None]))
     owns, lasts = jax.lax.all_gather(own, axis), jax.lax.all_gather(last, axis)
 
     def fold(carry, piece):
@@ -374,9 +392,12 @@ def _expansion_rows(field: AttentionField, prepared, axis: str, n: int, x, gauge
     if field.causal is False and not bias:
         a = labels[global_idx]
         real = (offset + rows < n).astype(dtype)[:, None]  # padding rows add nothing
-        features = plan.features(u)
-        moments = jax.lax.psum(features.T @ expansion._spread(a * real, y), axis)
-        summed = expansion._gather(a, features @ (moments * plan.weights[:, None]))
+        chunk = _chunk(plan, x.shape[0])
+        chunks = (expansion._chunked(u, chunk), expansion._chunked(y, chunk), expansion._chunked(a, chunk))
+        moments = jax.lax.psum(_moments(plan, *chunks[:2], expansion._chunked(a * real, chunk)), axis)
+        weighted = moments * plan.weights[:, None]
+        summed = jax.lax.map(lambda c: expansion._gather(c[2], plan.features(c[0]) @ weighted), chunks)
+        summed = summed.reshape(-1, y.shape[1])[: x.shape[0]]
     else:
         shards = jax.lax.axis_size(axis)
         prefix = lambda u, y, zeta, slope, strict: _sharded_prefix(  # noqa: E731
