@@ -49,8 +49,15 @@ def _integrate(field, f0, *, dt, steps, snapshots=1, method=RK4, check=False):
     )
 
 
+@functools.partial(jax.jit, static_argnames=("method",))
+def _final(field, f0, dt, steps, method=RK4):
+    """``steps`` steps of ``dt`` (both traced: one compiled program per method and shape)."""
+    body = lambda _, s: method.step(field, s, dt)[0]  # noqa: E731
+    return jax.lax.fori_loop(0, steps, body, dc.CircleDensity(f0)).f
+
+
 def _run(field, f0, *, dt, steps, method=RK4):
-    return _integrate(field, f0, dt=dt, steps=steps, method=method)
+    return np.asarray(_final(field, f0, jnp.asarray(dt), jnp.asarray(steps), method=method))
 
 
 # --- the field against the particles' field ------------------------------------------------------
@@ -253,7 +260,7 @@ def test_mass_per_label_and_energy_along_a_nonlinear_run():
         factor=factors.ToeplitzCos(xi=labels.nodes, omega=jnp.asarray(2.0 * np.pi)),
     )
     f0 = _smooth_density(grid, count, seed=4, amplitude=0.3)
-    _, states, codes = _integrate(field, f0, dt=2e-3, steps=25, snapshots=20, check=True)
+    _, states, codes = _integrate(field, f0, dt=5e-3, steps=10, snapshots=20, check=True)
     assert np.all(np.asarray(codes) == dc.DensityStatus.ok.code)
     mass = np.asarray(jax.vmap(lambda f: field.mass(dc.CircleDensity(f)))(states.f))
     assert np.max(np.abs(mass - 1.0)) <= 1e-12  # the divergence has no k = 0 mode: round-off only
@@ -315,12 +322,8 @@ def test_order_in_time(method):
     field = _labelled_field(grid)
     f0 = _smooth_density(grid, 3, seed=2, amplitude=0.4)
     dts = [0.1, 0.05, 0.025]
-    finals = [
-        np.asarray(_run(field, f0, dt=dt, steps=round(t_end / dt), method=method)[1].f[-1]) for dt in dts
-    ]
-    reference = np.asarray(
-        _run(field, f0, dt=0.025 / 8, steps=round(8 * t_end / 0.025), method=method)[1].f[-1]
-    )
+    finals = [np.asarray(_run(field, f0, dt=dt, steps=round(t_end / dt), method=method)) for dt in dts]
+    reference = np.asarray(_run(field, f0, dt=0.025 / 8, steps=round(8 * t_end / 0.025), method=method))
     errors = [np.max(np.abs(f - reference)) for f in finals]
     slope = np.polyfit(np.log(dts), np.log(errors), 1)[0]
     # the declared order, measured (diffrax's test_ode_order margin); Dormand–Prince's fifth-order
@@ -339,13 +342,12 @@ def test_a_fake_rk4_fails_the_order_test():
     field = _labelled_field(grid)
     f0 = _smooth_density(grid, 3, seed=2, amplitude=0.4)
     errors = []
-    reference = np.asarray(_run(field, f0, dt=0.0125, steps=64)[1].f[-1])
+    reference = np.asarray(_run(field, f0, dt=0.0125, steps=64))
     for dt in (0.1, 0.05):
         errors.append(
             np.max(
                 np.abs(
-                    np.asarray(_run(field, f0, dt=dt, steps=round(t_end / dt), method=FakeRK4())[1].f[-1])
-                    - reference
+                    np.asarray(_run(field, f0, dt=dt, steps=round(t_end / dt), method=FakeRK4())) - reference
                 )
             )
         )
@@ -365,7 +367,7 @@ def test_order_in_space_is_spectral():
 
     def final(grid):
         return np.asarray(
-            _run(_labelled_field(grid, beta=1.0), initial(grid), dt=dt, steps=round(t_end / dt))[1].f[-1]
+            _run(_labelled_field(grid, beta=1.0), initial(grid), dt=dt, steps=round(t_end / dt))
         )
 
     reference = final(reference_grid)
@@ -382,7 +384,7 @@ def test_under_resolved_run_says_so_and_stops_at_its_last_resolved_law():
     grid = 64
     field = dc.make_circle_field(make_profile("exp", beta=5.0), grid=grid, labels=dc.position_labels(1))
     f0 = _smooth_density(grid, 1, seed=0, amplitude=0.5)
-    _, states, codes = _integrate(field, f0, dt=5e-4, steps=200, snapshots=20, check=True)
+    _, states, codes = _integrate(field, f0, dt=1e-3, steps=100, snapshots=20, check=True)
     codes = np.asarray(codes)
     assert codes[0] == 0 and codes[-1] == dc.DensityStatus.under_resolved.code
     first_bad = int(np.argmax(codes != 0))
@@ -416,8 +418,8 @@ def test_stable_dt_is_stable_and_tenfold_is_not():
     field = dc.make_circle_field(make_profile("exp", beta=3.0), grid=grid, labels=dc.position_labels(1))
     f0 = _smooth_density(grid, 1, seed=5, amplitude=0.6)
     dt = float(dc.stable_dt(field, dc.CircleDensity(f0)))
-    ok = _run(field, f0, dt=dt, steps=15)[1].f[-1]  # t ≈ 0.5, before the law concentrates
-    bad = _run(field, f0, dt=10 * dt, steps=15)[1].f[-1]
+    ok = _run(field, f0, dt=dt, steps=15)  # t ≈ 0.5, before the law concentrates
+    bad = _run(field, f0, dt=10 * dt, steps=15)
     assert np.all(np.isfinite(np.asarray(ok))) and np.max(np.abs(np.asarray(ok))) < 10.0
     assert not np.all(np.abs(np.asarray(bad)) < 10.0)
     # the law-independent step is below the state's own for this law and for a sharp one (κ = 40)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -47,8 +48,8 @@ def _slopes(field, state, dt, tableau: Tableau) -> list:
 
 @dataclasses.dataclass(frozen=True)
 class _DensityMethod:
-    tableau: Tableau = dataclasses.field(init=False)
-    order: int = dataclasses.field(init=False)
+    tableau: ClassVar[Tableau]
+    order: ClassVar[int]
 
     def step(self, field: Callable, state, dt):
         slopes = _slopes(field, state, dt, self.tableau)
