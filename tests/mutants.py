@@ -94,8 +94,8 @@ def _no_factor(factor):
 
 
 def _scaled_beta(profile, k: float):
-    try:  # a concrete beta stays concrete (the expansion chooses its degree from it)
-        beta = jnp.asarray(np.asarray(profile.beta) * k, dtype=profile.beta.dtype)
+    try:  # a concrete beta stays concrete, a NumPy number (the expansion chooses its degree from it)
+        beta = np.asarray(profile.beta) * k
     except jax.errors.TracerArrayConversionError:  # a program argument: scaled in the program
         beta = profile.beta * k
     return dataclasses.replace(profile, beta=beta)
@@ -243,3 +243,80 @@ def run(name: str, experiments, jobs, *, workers: int = 1) -> tuple[list, dict]:
         results = reproduce.run_jobs(jobs, lambda units, stage=None: None, workers=workers)
     return results, dict(record)
 
+
+
+# --------------------------------------------------------------------------- the table
+
+
+def _frozen_solve(record: dict, current: dict, name: str, original) -> Callable:
+    """A ``solve`` that records whether the mutant can act on the run's field and returns a
+    trajectory that never moves (no simulation: the cheap pass that fills the "acts" column)."""
+    from attnflow.numerics.solve import Trajectory, snapshot_count
+    from attnflow.numerics.status import Status
+
+    def solve(field, x0, *, t_end, save_every, on_snapshot=None, **options):
+        label = current["label"]
+        record[label] = record.get(label, False) or acts(field, name, x0)
+        count = snapshot_count(t_end, save_every)
+        x0 = np.asarray(x0)
+        xs = np.broadcast_to(x0, (count, *x0.shape)).copy()
+        batch = x0.shape[:-2]
+        zeros = np.zeros(batch, dtype=int)
+        statuses = np.full(batch, Status.ok, dtype=object)
+        return Trajectory(ts=np.arange(count) * save_every, xs=xs, statuses=statuses, steps=0,
+                          accepted=zeros, rejected=zeros, evaluations=zeros)  # fmt: skip
+
+    return solve
+
+
+def acting_jobs(name: str, jobs) -> dict:
+    """``{job label: acts}`` for ``jobs`` under the mutant ``name``, without simulating (each job's
+    field is built as reproduce builds it and compared with its mutant at the initial state)."""
+    record: dict = {}
+    current = {"label": None}
+    original, original_run_job = solve_module.solve, reproduce.run_job
+    frozen = _frozen_solve(record, current, name, original)
+
+    def run_job(job, tick):
+        current["label"] = (job.experiment.id, job.variant.name, job.n)
+        return original_run_job(job, tick)
+
+    modules = [m for key, m in list(sys.modules.items()) if key.startswith("attnflow.")]
+    patched = [m for m in modules if getattr(m, "solve", None) is original]
+    try:
+        for module in patched:
+            module.solve = frozen
+        reproduce.run_job = run_job
+        for job in jobs:
+            reproduce.run_job(job, lambda units, stage=None: None)
+    finally:
+        for module in patched:
+            module.solve = original
+        reproduce.run_job = original_run_job
+    return record
+
+
+def cell(name: str, experiment, jobs) -> tuple[str, list]:
+    """The mutant ``name`` against one experiment: ``("cannot act", [])`` when it changes no run's
+    field; else its acting jobs run one at a time until a row fails: ``("FAIL", rows that failed)``
+    or ``("PASS", [])``."""
+    from attnflow.workflows import experiments as experiment_files
+
+    mine = [j for j in jobs if j.experiment.id == experiment.id]
+    where = acting_jobs(name, mine)
+    acting = [j for j in mine if where.get((j.experiment.id, j.variant.name, j.n))]
+    if not acting:
+        return "cannot act", []
+    for job in acting:
+        results, _ = run(name, [experiment], [job])
+        rows = experiment_files.evaluate(experiment, results)
+        failed = [(r["variant"], r["n"], r["metric"], r["text"]) for r in rows if r["status"] == "FAIL"]
+        if failed:
+            return "FAIL", failed
+    return "PASS", []
+
+
+def table(experiments, *, quick: bool, names=None) -> dict:
+    """``{(mutant, experiment id): cell(...)}`` for every mutant (or ``names``) and experiment."""
+    jobs = reproduce.plan(experiments, quick=quick)
+    return {(name, e.id): cell(name, e, jobs) for name in (names or MUTANTS) for e in experiments}

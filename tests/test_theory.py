@@ -346,3 +346,90 @@ def test_errors_name_the_parameter():
         theory.certify(exp_kernel(gauge_rope(4)), np.ones((5, 3)))
     with pytest.raises(ValueError, match="`masses` must be 2 non-negative numbers"):
         theory.prompt_clusters(np.stack([np.eye(3)] * 2), [0, 0, 1.0], [0.7, 0.7])
+
+
+# --------------------------------------------------------------------------- rates of the flow
+
+
+def _usa_run(kernel, x0, *, t_end, dt, normalization="usa"):
+    field = make_vector_field(kernel, normalization=normalization)
+    return solve(field, jnp.asarray(x0), integrator=RK4(), dt=dt, t_end=t_end, save_every=dt, key=jax.random.key(0))
+
+
+def test_collapse_rates_are_the_decay_of_a_near_dirac():
+    """Tokens near a Dirac (w = 1 and a distance bias): 1 - mean cosine decays at 2 lambda_2 of the
+    weights' Laplacian, 2 c e^beta for w = 1 (both rates equal), by a run of the real field."""
+    n, beta = 8, 1.5
+    rng = np.random.default_rng(0)
+    x0 = np.array([0.0, 0.0, 1.0]) + 1e-4 * rng.normal(size=(n, 3))
+    x0 /= np.linalg.norm(x0, axis=1, keepdims=True)
+    xi = np.arange(n) / n
+    for factor in (factors.NoFactor(n=n), factors.DistanceBias(xi=jnp.asarray(xi), slope=jnp.asarray(3.0))):
+        kernel = Kernel(gauges.IdentityGauge(n=n, d=3), factor, make_profile("exp", beta=beta))
+        t_end = 1.0 if isinstance(factor, factors.NoFactor) else 6.0  # the deficit stays above 1e-13
+        run = _usa_run(kernel, x0, t_end=t_end, dt=0.01)
+        deficit = 1.0 - np.asarray([metrics.mean_cosine(x) for x in run.xs])
+        late = run.ts >= t_end / 2  # past the faster modes' fade (the distance bias has several rates)
+        fitted = -np.polyfit(run.ts[late], np.log(deficit[late]), 1)[0]
+        slowest, fastest = theory.collapse_rates(np.asarray(run.xs[-1]), np.asarray(factor.dense()), beta=beta)
+        if isinstance(factor, factors.NoFactor):
+            assert slowest == pytest.approx(2 * np.exp(beta), rel=1e-6)  # |eps|^2 corrections of 1e-8
+            assert fastest == pytest.approx(slowest, rel=1e-6)
+        # RK4 at dt = 0.01 and a rate 9: 1e-7 relative; the quadratic terms 1e-8; faster modes faded
+        assert slowest * 0.999 <= fitted <= fastest * 1.001, (fitted, slowest, fastest)
+        if isinstance(factor, factors.NoFactor):  # one rate: the fit is it (RK4 and |eps|^2 terms: 1e-6)
+            assert fitted == pytest.approx(slowest, rel=1e-4)
+
+
+@pytest.mark.parametrize("normalization", ["usa", "sa"])
+def test_equiangular_rho_is_followed_by_equiangular_particles(normalization):
+    n, beta, rho0 = 5, 2.0, 0.2
+    kernel = Kernel(gauges.IdentityGauge(n=n, d=n), factors.NoFactor(n=n), make_profile("exp", beta=beta))
+    run = _usa_run(kernel, sphere.equiangular(n, n, rho0), t_end=2.0, dt=0.005, normalization=normalization)
+    rho = theory.equiangular_rho(run.ts, rho0=rho0, n=n, beta=beta, normalization=normalization)
+    measured = np.asarray([metrics.mean_cosine(x) for x in run.xs])
+    assert np.max(np.abs(measured - rho)) <= 1e-8  # RK4 + renormalisation at dt = 0.005: 1.4e-9 measured
+    assert rho[-1] > 0.9  # it moved
+    # linearised at rho = 1: rates 2 c e^beta (usa), 2 (sa)
+    h = 1e-7
+    near = theory.equiangular_rho([0.0, 1e-4], rho0=1 - h, n=n, beta=beta, normalization=normalization)
+    rate = -np.log((1 - near[1]) / h) / 1e-4
+    assert rate == pytest.approx(2 * np.exp(beta) if normalization == "usa" else 2.0, rel=1e-3)
+
+
+def test_equiangular_rho_rejects_an_unknown_normalization():
+    with pytest.raises(ValueError, match="`normalization` must be 'usa' or 'sa'"):
+        theory.equiangular_rho([0.0, 1.0], rho0=0.1, n=4, beta=1.0, normalization="softmax")
+
+
+def test_circle_normal_rate_is_the_bessel_formula_and_changes_sign_near_beta_c():
+    import scipy.special
+
+    xi = np.arange(256) / 256
+    for beta in (0.5, 1.0, 2.0):
+        continuum = (scipy.special.iv(0, beta) + scipy.special.iv(2, beta)) / 2 - scipy.special.iv(1, beta)
+        # n = 256 equally spaced labels: the discrete sums equal the integrals to 1e-12
+        assert theory.circle_normal_rate(xi, 2 * np.pi, beta=beta) == pytest.approx(continuum, abs=1e-12)
+    assert theory.circle_normal_rate(xi, 2 * np.pi, beta=1.5) > 0 > theory.circle_normal_rate(xi, 2 * np.pi, beta=1.6)
+
+
+def test_circle_normal_rate_is_the_decay_of_a_lifted_circle():
+    """The great circle lifted out of its plane by 1e-5 (mode k = 0) sinks back at the rate."""
+    n, beta = 32, 1.0
+    xi = np.arange(n) / n
+    x0 = theory.great_circle(xi, 2 * np.pi)
+    x0[:, 2] = 1e-5
+    x0 /= np.linalg.norm(x0, axis=1, keepdims=True)
+    factor = factors.ToeplitzCos(xi=jnp.asarray(xi), omega=jnp.asarray(2 * np.pi))
+    kernel = Kernel(gauges.IdentityGauge(n=n, d=3), factor, make_profile("exp", beta=beta))
+    run = _usa_run(kernel, x0, t_end=4.0, dt=0.02)
+    height = np.abs(np.asarray(run.xs)[:, :, 2]).max(axis=1)
+    fitted = -np.polyfit(run.ts, np.log(height), 1)[0]
+    # one pure mode (k = 0) in the linear regime: RK4 error 1e-9, quadratic terms 1e-5 relative
+    assert fitted == pytest.approx(theory.circle_normal_rate(xi, 2 * np.pi, beta=beta), rel=1e-4)
+
+
+def test_first_token_rate():
+    assert theory.first_token_rate(32) == 0.5 and theory.first_token_rate(32, strict=True) == 1.0
+    with pytest.raises(ValueError, match="`n` must be >= 2"):
+        theory.first_token_rate(1)

@@ -122,38 +122,6 @@ def energy_max(kernel: Kernel) -> float | None:
 # --------------------------------------------------------------------------- rates of the flow
 
 
-def uniform_dissipation_moment(beta: float, d: int = 3) -> float:
-    """``m_d(β) = E[e^{2βs}(1 − s²)]``, ``s = ⟨x, y⟩`` for independent uniform ``x, y`` on
-    ``S^{d−1}`` (density of ``s`` proportional to ``(1 − s²)^{(d−3)/2}``, uniform on ``[−1, 1]``
-    in ``d = 3``), by quadrature (``e^{2β}`` factored out)."""
-    import scipy.integrate
-    import scipy.special
-
-    if d < 2:
-        raise ValueError(f"uniform_dissipation_moment: `d` must be >= 2; got {d!r}.")
-    a = (d - 3) / 2.0
-    norm = np.exp(scipy.special.gammaln(a + 1.5) - scipy.special.gammaln(a + 1) - 0.5 * np.log(np.pi))
-    integrand = lambda s: np.exp(2.0 * beta * (s - 1.0)) * (1.0 - s * s) ** (a + 1)  # noqa: E731
-    value = scipy.integrate.quad(integrand, -1.0, 1.0, epsabs=0.0, epsrel=1e-12, limit=200)[0]
-    return float(norm * value * np.exp(2.0 * beta))
-
-
-def initial_dissipation(w, *, beta: float, c: float = 1.0, d: int = 3) -> float:
-    """The expected ``dE/dt`` at ``t = 0`` of the gradient flow (usa, no mask, gradient values, exp
-    profile) from iid uniform tokens, for any gauge and the factor matrix ``w (n, n)``:
-
-        E[dE/dt(0)] = E[(1/n) Σ_i |v_i|²] = (c²/n³) m_d(β) Σ_{i≠j} w_ij².
-
-    ``v_i = P_{u_i}((c/n) Σ_j w_ij e^{β⟨u_i,u_j⟩} u_j)`` in the gauge frame (``u = Q x`` is iid
-    uniform too); given ``u_i``, each term ``j ≠ i`` has mean ``P_{u_i}(a u_i) = 0``, so only the
-    squares survive, each ``w_ij² E[e^{2βs}(1 − s²)]`` (:func:`uniform_dissipation_moment`).
-    The value of one draw scatters about it by ``O(n^{−1/2})`` relative."""
-    w = np.asarray(w, dtype=np.float64)
-    n = w.shape[0]
-    off = np.sum(w * w) - np.sum(np.diag(w) ** 2)
-    return float(c) ** 2 / n**3 * uniform_dissipation_moment(beta, d) * float(off)
-
-
 def collapse_rates(u, w, *, beta: float, c: float = 1.0) -> tuple[float, float]:
     """``(slowest, fastest)`` decay rates of ``1 − mean cosine`` near a collapsed state (the
     linearisation there), ``u (n, d)`` the gauge frame of that state, ``w (n, n)`` the factor:
@@ -174,6 +142,78 @@ def collapse_rates(u, w, *, beta: float, c: float = 1.0) -> tuple[float, float]:
     laplacian = np.diag(a.sum(axis=1)) - a
     eigenvalues = np.linalg.eigvalsh(laplacian)
     return 2.0 * float(eigenvalues[1]), 2.0 * float(eigenvalues[-1])
+
+
+def circle_normal_rate(xi, omega: float, *, beta: float, c: float = 1.0) -> float:
+    """The rate at which the uniform great circle ``x_i = (cos ωξ_i, sin ωξ_i, 0)`` of the factor
+    ``w = cos ω(ξ − ζ)`` (exp profile, no gauge) draws back displacements out of its plane: ``−`` the
+    largest eigenvalue of the linearisation ``dδ_i/dt = Σ_j a_ij δ_j − (Σ_j a_ij w_ij) δ_i``,
+    ``a_ij = (c/n) w_ij e^{β w_ij}`` (``⟨x_i, x_j⟩ = w_ij`` on the circle), on the complement of the
+    tilts ``δ = cos ωξ, sin ωξ`` (rotations of the plane, rate 0). Continuum, full period: the modes
+    ``cos kωξ`` have rates ``c[(I_0 + I_2)/2 − (I_{k−1} + I_{k+1})/2](β)``; the slowest is ``k = 0``,
+    ``c[(I_0(β) + I_2(β))/2 − I_1(β)]`` (0.136 c at β = 1), and it changes sign near β = 1.55 (the
+    circle stops being stable). Negative: the circle is unstable out of its plane."""
+    xi = np.asarray(xi, dtype=np.float64).reshape(-1)
+    n = xi.size
+    w = np.cos(omega * (xi[:, None] - xi[None, :]))
+    a = float(c) / n * w * np.exp(beta * w)
+    m = a - np.diag(np.sum(a * w, axis=1))
+    tilts = np.stack([np.cos(omega * xi), np.sin(omega * xi)], axis=1)
+    basis = np.linalg.qr(np.concatenate([tilts, np.eye(n)], axis=1))[0][:, 2:n]
+    return -float(np.linalg.eigvalsh(basis.T @ (0.5 * (m + m.T)) @ basis)[-1])
+
+
+def first_token_rate(n: int, *, strict: bool = False) -> float:
+    """The rate at which a causal softmax layer with values ``I`` draws its tokens onto the first
+    token's point near that Dirac (Karagodin–Polyanskiy–Rigollet): there every logit is equal, the
+    weights are ``1/(i + 1)`` over ``j <= i``, and ``dε_i/dt = (1/(i + 1)) Σ_{j<=i} ε_j − ε_i``, a
+    triangular map with eigenvalues ``−i/(i + 1)``: the slowest, token 1's, is ``1/2`` (``n >= 2``),
+    whatever β and the maps. ``strict`` (``j < i``): every eigenvalue is ``−1`` (a Jordan chain: no
+    single exponential rate before ``t ≈ n``), returned as 1."""
+    if n < 2:
+        raise ValueError(f"first_token_rate: `n` must be >= 2; got {n!r}.")
+    return 1.0 if strict else 0.5
+
+
+def source_rate(n: int, sources: int, *, beta: float, c: float = 1.0) -> float:
+    """The rate at which the movers of the usa field (identity maps, ``w = 1``, no gauge) reach
+    ``sources`` held tokens at one point near that Dirac: ``dε_i/dt = (c e^β/n)(Σ_{movers} ε_j − n ε_i)``
+    (a held ``ε`` is 0); the movers' common displacement decays at ``c e^β sources/n``, the rest at
+    ``c e^β``."""
+    if not 0 < sources < n:
+        raise ValueError(f"source_rate: `sources` must be in [1, n) = [1, {n}); got {sources!r}.")
+    return float(c) * float(np.exp(beta)) * sources / n
+
+
+def second_token_angle(ts, x0, x1, *, query, key, beta: float, strict: bool = False) -> np.ndarray:
+    """The angle ``θ(t)`` between the first token (which never moves) and the second one under a
+    causal softmax layer with values ``I`` (the second token sees the first and itself: its velocity
+    ``a_10 P_{x_1} x_0`` keeps it on the great circle through ``x_0`` and ``x_1(0)``), solved to 1e-12:
+
+        dθ/dt = −sin θ · e^{s_10}/(e^{s_10} + e^{s_11}),   s_1j = β ⟨W_Q x_1, W_K x_j⟩,
+
+    ``x_1 = cos θ x_0 + sin θ e``; ``strict`` (``j < i``): it sees the first token only, ``dθ/dt =
+    −sin θ``. ``query``, ``key``: ``W_Q, W_K (d_h, d)``."""
+    import scipy.integrate
+
+    x0, x1 = np.asarray(x0, dtype=np.float64), np.asarray(x1, dtype=np.float64)
+    wq, wk = np.asarray(query, dtype=np.float64), np.asarray(key, dtype=np.float64)
+    e = x1 - np.dot(x0, x1) * x0
+    e /= np.linalg.norm(e)
+    theta0 = float(np.arctan2(np.dot(x1, e), np.dot(x1, x0)))
+
+    def rate(_, theta):
+        if strict:
+            return -np.sin(theta)
+        y = np.cos(theta[0]) * x0 + np.sin(theta[0]) * e
+        q = wq @ y
+        s10, s11 = beta * q @ (wk @ x0), beta * q @ (wk @ y)
+        return -np.sin(theta) / (1.0 + np.exp(s11 - s10))
+
+    ts = np.asarray(ts, dtype=np.float64)
+    solution = scipy.integrate.solve_ivp(rate, (0.0, float(ts.max(initial=0.0))), [theta0], t_eval=ts,
+                                         method="DOP853", rtol=1e-12, atol=1e-14)  # fmt: skip
+    return solution.y[0]
 
 
 def equiangular_rho(ts, *, rho0: float, n: int, beta: float, c: float = 1.0,
@@ -503,22 +543,24 @@ __all__ = [
     "antipodal_pair",
     "certify",
     "circle_energy",
+    "circle_normal_rate",
     "collapse_rates",
     "d3_crossing",
     "dirac_energy",
     "energy_max",
+    "first_token_rate",
     "equiangular_rho",
     "leading_eigenspace",
     "great_circle",
     "great_circle_arc",
-    "initial_dissipation",
     "latitude_circle",
     "orbit_configuration",
     "prompt_clusters",
     "riemannian_gradient",
+    "second_token_angle",
+    "source_rate",
     "riemannian_hessian",
     "spectral_bound",
     "spectral_criterion",
     "tangent_bases",
-    "uniform_dissipation_moment",
 ]

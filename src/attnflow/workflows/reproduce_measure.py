@@ -73,17 +73,32 @@ LAYER_METRICS = {
 # form holds (None elsewhere): they see beta, the clock, the factor and the normalisation.
 THEORY_METRICS = {
     "collapse_rate_ratio": "the decay rate of 1 - mean cosine near the Dirac (gauge frame; the content for "
-    "logits_only values), fitted on its first stretch in [1e-9, 1e-5], over the slowest rate of the "
+    "logits_only values), fitted on its first stretch in [1e-9, 1e-4], over the slowest rate of the "
     "linearisation at the final state (attnflow.analysis.theory.collapse_rates; w = 1: 2 c e^beta)",
     "collapse_rate_ceiling": "the fastest over the slowest rate of that linearisation (1 for w = 1): "
     "collapse_rate_ratio lies between 1 and it",
+    "circle_rate_ratio": "the decay rate of planarity on its first stretch in [1e-8, 1e-3], over the "
+    "great circle's slowest rate out of its plane (attnflow.analysis.theory.circle_normal_rate; "
+    "Toeplitz cosine factor, no gauge)",
+    "circle_label_order": "max over the two orientations of |(1/n) sum_i z_i e^{-+ i omega xi_i}|, z_i the "
+    "tokens in the complex coordinate of their best plane: 1 on the circle x_i = (cos omega xi_i, "
+    "sin omega xi_i) of the labels, about 0 unordered",
+    "first_token_rate_ratio": "the decay rate of first_token_distance on its first stretch in [1e-6, "
+    "1e-2], over the slowest rate of the linearisation near the first token's point: 1/2 for a causal "
+    "softmax layer (inclusive mask; attnflow.analysis.theory.first_token_rate), c e^beta k/n for k held "
+    "sources of the usa field (attnflow.analysis.theory.source_rate)",
+    "second_token_error": "|theta(t) - theta_ODE(t)|, theta the angle of the second token to the first one "
+    "(which never moves) and theta_ODE the closed-form two-token motion of a causal softmax layer with "
+    "values I (attnflow.analysis.theory.second_token_angle)",
     "equiangular_error": "|mean_cosine(t) - rho(t)|, rho the equiangular reduction's ODE "
     "(attnflow.analysis.theory.equiangular_rho) from the measured rho(0); equiangular data, Q = I, w = 1",
     "equiangular_spread": "max_{i != j} |<x_i, x_j> - mean_cosine|: how far the state is from equiangular",
 }
-RATE_WINDOW = (1e-9, 1e-5)  # 1 - mean cosine: linear regime (1e-5), 100x above the error floor of DP5 at
-# rtol 1e-5 (1e-11, seen after the collapse)
-RATE_POINTS = 4  # saved times in the window needed for a fitted rate
+RATE_WINDOW = (1e-9, 1e-4)  # 1 - mean cosine: linear regime (|eps| ~ 1e-2: corrections 1e-4 relative),
+# 100x above the error floor of DP5 at rtol 1e-5 (1e-11, seen after the collapse)
+RATE_POINTS = 3  # saved times in the window needed for a fitted rate (E13 saves every 0.5: 4 in it)
+CIRCLE_WINDOW = (1e-8, 1e-3)  # planarity: linear regime (1e-3), above the solver's error (rtol 1e-6)
+FIRST_TOKEN_WINDOW = (1e-6, 1e-2)  # first_token_distance: linear regime, 10x above DP5's error at rtol 1e-6
 
 
 @partial(jax.jit, static_argnames="block_size")
@@ -194,11 +209,11 @@ def series_values(ts, energies, mean_cos, gauge_mean_cos, e_max) -> dict[str, An
     }
 
 
-def _fitted_rate(ts: np.ndarray, deficit: np.ndarray) -> float | None:
+def _fitted_rate(ts: np.ndarray, deficit: np.ndarray, window: tuple[float, float] = RATE_WINDOW) -> float | None:  # noqa: E501
     """``−`` the least-squares slope of ``log deficit`` over its first stretch of saved times in
-    :data:`RATE_WINDOW`: from its last entry below the top before it first falls below the
-    bottom (after that the solver's error floor); None with fewer than :data:`RATE_POINTS` points."""
-    low, high = RATE_WINDOW
+    ``window``: from its last entry below the top before it first falls below the bottom (after
+    that the solver's error floor); None with fewer than :data:`RATE_POINTS` points."""
+    low, high = window
     finite = np.isfinite(deficit)
     below = np.flatnonzero(finite & (deficit < low))
     stop = below[0] if below.size else len(deficit)
@@ -209,30 +224,84 @@ def _fitted_rate(ts: np.ndarray, deficit: np.ndarray) -> float | None:
     return float(-np.polyfit(ts[start:stop], np.log(deficit[start:stop]), 1)[0])
 
 
+def _identity_values(head) -> bool:
+    """Values and output maps the identity (``W_V = W_O = I``)."""
+    value, output = np.asarray(head.value), np.asarray(head.output)
+    return value.shape[0] == value.shape[1] and np.array_equal(value, np.eye(len(value))) and np.array_equal(
+        output, np.eye(len(output)))  # fmt: skip
+
+
+def _identity_maps(head) -> bool:
+    """Every map of the head the identity: the paper's field as a layer."""
+    query, key = np.asarray(head.query), np.asarray(head.key)
+    eye = np.eye(*query.shape)
+    return _identity_values(head) and np.array_equal(query, eye) and np.array_equal(key, eye)
+
+
 def theory_values(sim: Simulation, w: np.ndarray, ts, mean_cos, gauge_mean_cos, xs, us,
                   experiment: Experiment) -> list[dict[str, Any]]:  # fmt: skip
     """:data:`THEORY_METRICS` of each seed (the same at every report time, except the equiangular
     error, ``(T,)`` per seed), cosines ``(T, B)``, ``xs`` and the gauge frames ``us (T, B, n, d)``."""
     from attnflow.analysis import theory
 
-    field, profile = sim.field, sim.kernel.profile
+    field = sim.field
+    heads = getattr(field, "heads", None)
+    profile = field.profile if heads else sim.kernel.profile
     count = xs.shape[1]
     blank = [{key: None for key in THEORY_METRICS} for _ in range(count)]
-    plain = (not is_layer(field) and hasattr(field, "kernel") and profile.kind == "exp"
-             and field.normalization == "usa")  # fmt: skip
+    paper_head = heads is not None and len(heads) == 1 and _identity_maps(heads[0])
+    if paper_head:  # the paper's field as a layer (rotated values: "gradient"; plain: "logits_only")
+        w = np.asarray(heads[0].factor.dense(), dtype=np.float64)
+    value = getattr(field, "value", "gradient") if not paper_head else (
+        "gradient" if heads[0].values == "rotated" else "logits_only")  # fmt: skip
+    unmasked = field.causal is False and field.sources == 0 and field.normalization == "usa"
+    plain = profile.kind == "exp" and unmasked and (not is_layer(field) or paper_head)
     beta, c = float(profile.beta), float(profile.c)
     n = xs.shape[2]
     init = experiment.config.get("init", {}).get("kind", "uniform")
     if plain:
         for b in range(count):
-            collapsing = gauge_mean_cos if field.value == "gradient" else mean_cos
+            collapsing = gauge_mean_cos if value == "gradient" else mean_cos
             fitted = _fitted_rate(ts, 1.0 - collapsing[:, b])
             if fitted is None or not np.all(np.isfinite(us[-1, b])):
                 continue
             slowest, fastest = theory.collapse_rates(us[-1, b], w, beta=beta, c=c)
             blank[b]["collapse_rate_ratio"] = fitted / slowest
             blank[b]["collapse_rate_ceiling"] = fastest / slowest
-    flat = bool(np.all(w == 1.0)) and sim.kernel.gauge.is_identity
+    factor = sim.kernel.factor
+    circle = hasattr(factor, "omega") and sim.kernel.gauge.is_identity
+    if plain and not heads and value == "gradient" and circle:
+        omega, xi = float(factor.omega), np.asarray(factor.xi, dtype=np.float64)
+        expected = theory.circle_normal_rate(xi, omega, beta=beta, c=c)
+        for b in [b for b in range(count) if np.all(np.isfinite(xs[:, b]))]:
+            planes = np.linalg.eigh(np.einsum("tid,tie->tde", xs[:, b], xs[:, b]))[1]  # (T, d, d) ascending
+            planarity = np.max(np.abs(np.einsum("tid,td->ti", xs[:, b], planes[:, :, 0])), axis=1)
+            fitted = _fitted_rate(ts, planarity, CIRCLE_WINDOW)
+            blank[b]["circle_rate_ratio"] = None if fitted is None or expected <= 0 else fitted / expected
+            z = np.einsum("tid,td->ti", xs[:, b], planes[:, :, -1]) + 1j * np.einsum(
+                "tid,td->ti", xs[:, b], planes[:, :, -2])  # fmt: skip
+            phase = np.exp(1j * omega * xi)
+            blank[b]["circle_label_order"] = np.maximum(
+                np.abs(np.mean(z * phase.conj(), axis=1)), np.abs(np.mean(z * phase, axis=1)))  # fmt: skip
+    causal_sa = heads is not None and field.causal is not False and field.normalization == "sa"
+    held = paper_head and field.sources > 0 and field.causal is False and field.normalization == "usa"
+    if causal_sa and field.causal is True or held and heads[0].gauge.is_identity:
+        if held:
+            expected = theory.source_rate(n, field.sources, beta=beta, c=c)
+        else:
+            expected = theory.first_token_rate(n)
+        for b in range(count):
+            distance = np.max(np.linalg.norm(xs[:, b] - xs[0, b, 0], axis=-1), axis=-1)
+            fitted = _fitted_rate(ts, distance, FIRST_TOKEN_WINDOW)
+            blank[b]["first_token_rate_ratio"] = None if fitted is None else fitted / expected
+    if causal_sa and field.sources == 0 and len(heads) == 1 and _identity_values(heads[0]):
+        head = heads[0]
+        for b in [b for b in range(count) if np.all(np.isfinite(xs[:, b, :2]))]:
+            theta = theory.second_token_angle(ts, xs[0, b, 0], xs[0, b, 1], query=head.query, key=head.key,
+                                              beta=beta, strict=field.causal == "strict")  # fmt: skip
+            cosine = np.clip(np.einsum("td,d->t", xs[:, b, 1], xs[0, b, 0]), -1.0, 1.0)
+            blank[b]["second_token_error"] = np.abs(np.arccos(cosine) - theta)
+    flat = w is not None and bool(np.all(w == 1.0)) and sim.kernel.gauge.is_identity
     if init == "equiangular" and flat and not is_layer(field) and profile.kind == "exp":
         for b in range(count):
             rho = theory.equiangular_rho(ts, rho0=float(mean_cos[0, b]), n=n, beta=beta, c=c,
@@ -327,7 +396,7 @@ def measure(
     gauge_mean_cos = _mean_cosines(us) if gauged else mean_cos
     layer, axis = is_layer(sim.field), _qk_axis(sim.field)
     w = np.asarray(kernel.factor.dense(), dtype=np.float64) if not heads else None
-    theory = theory_values(sim, w, ts, mean_cos, gauge_mean_cos, xs, us, experiment) if not heads else None
+    theory = theory_values(sim, w, ts, mean_cos, gauge_mean_cos, xs, us, experiment)
     indices = _time_indices(ts, experiment.report_times)
     values = []
     for b, seed in enumerate(seeds):
