@@ -102,6 +102,65 @@ def child(way: str, rows: list[dict], steps: int, repeats: int) -> list[dict]:
     return out
 
 
+def memory_child(way: str, rows: list[dict]) -> list[dict]:
+    """XLA's memory for one compiled RK4 step at each row's ``n``, per device, compiled only (no run):
+    temporaries, arguments and outputs, in bytes per token."""
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_enable_x64", True)
+    from attnflow.numerics import integrators, sharding
+    from attnflow.numerics.solve import integrate
+
+    out = []
+    for row in rows:
+        field = _field(row["n"], interaction=row["interaction"], causal=row["causal"])
+        x = jax.ShapeDtypeStruct((row["n"], 3), jnp.float64)
+        run = lambda f, x: integrate(f, x, integrator=integrators.RK4(), dt=0.01, steps=1)  # noqa: E731
+        if way == "sharded":
+            compiled = jax.jit(run).lower(sharding.shard_tokens(field), x).compile()
+        else:
+            compiled = jax.jit(lambda x, f=field, run=run: run(f, x)).lower(x).compile()
+        m = compiled.memory_analysis()
+        total = m.temp_size_in_bytes + m.argument_size_in_bytes + m.output_size_in_bytes
+        out.append({**row, "way": way, "devices": len(jax.devices()), "bytes_per_token": total / row["n"]})
+    return out
+
+
+def _children(mode: str, rows: list[dict], *extra: str) -> dict:
+    """``mode`` ("--child" or "--memory") of every way of ``WAYS``, each in its own child process."""
+    results = {}
+    for way, devices in WAYS:
+        env = {
+            **os.environ,
+            "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+            "JAX_PLATFORMS": "cpu",
+        }
+        args = [sys.executable, __file__, mode, way, json.dumps(rows), *extra]
+        done = subprocess.run(args, env=env, capture_output=True, text=True, check=True)
+        for r in json.loads(done.stdout.strip().splitlines()[-1]):
+            results[(r["n"], r["interaction"], str(r["causal"]), way, devices)] = r
+    return results
+
+
+def memory(rows: list[dict]) -> list[dict]:
+    """Bytes per token per device of one compiled RK4 step, the three ways."""
+    results = _children("--memory", rows)
+    table = []
+    for row in rows:
+        key = (row["n"], row["interaction"], str(row["causal"]))
+        table.append(
+            {
+                **row,
+                **{
+                    f"{way}{devices}": results[(*key, way, devices)]["bytes_per_token"]
+                    for way, devices in WAYS
+                },
+            }
+        )
+    return table
+
+
 def measure(rows: list[dict], steps: int, repeats: int) -> list[dict]:
     """Every way of ``WAYS`` in its own child process; returns the rows with the ratios."""
     results = {}
@@ -170,6 +229,20 @@ def render(result: dict, results_md: Path) -> None:
             f"| {r['difference_single4']:.2g} | {r['difference_sharded4']:.2g} "
             f"| {mib['single1']:.1f} / {mib['single4']:.1f} / {mib['sharded4']:.1f} |"
         )
+    if "memory" in result:
+        lines += [
+            "",
+            "Memory of one compiled RK4 step (XLA's `memory_analysis`: temporaries, arguments and outputs, per device; "
+            "compiled only, not run), in bytes per token: what a device must hold besides the Python process, "
+            "the snapshots and the run's own copies of the state.",
+            "",
+            "| path | mask | n | 1 device | 4 devices (lanes) | sharded, per device |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in result["memory"]:
+            lines.append(
+                f"| {r['interaction']} | {r['causal']} | {r['n']} | {r['single1']:.0f} | {r['single4']:.0f} | {r['sharded4']:.0f} |"
+            )
     lines += ["", *result.get("notes", []), END]
     text = results_md.read_text()
     block = "\n".join(lines)
@@ -184,6 +257,9 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         way, rows, steps, repeats = sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
         print(json.dumps(child(way, rows, steps, repeats)))
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--memory":
+        print(json.dumps(memory_child(sys.argv[2], json.loads(sys.argv[3]))))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small n, one repeat")
@@ -207,6 +283,10 @@ def main() -> None:
         "repeats": repeats,
     }
     result["rows"] = measure(rows, steps, repeats)
+    large = 10**5 if args.quick else 10**6
+    big = [{"n": large, "interaction": "exact", "causal": False}]
+    big += [{"n": large, "interaction": "expansion", "causal": c} for c in (False, True)]
+    result["memory"] = memory(big)
     result["load_after"] = os.getloadavg()
     text = json.dumps(result, indent=1)
     if args.out is not None:
