@@ -64,13 +64,12 @@ def _mappables(ax) -> list:
     ]
 
 
-def _keyed(mappable, bars: list, has_legend: bool) -> bool:
+def _keyed(mappable, keys: list, has_legend: bool) -> bool:
+    """Whether ``mappable`` has a key: its own colour bar, a legend, or a colour bar or colour key
+    (an image of gid "colour key", as attnflow's grids draw them) of its colour map and range."""
     if getattr(mappable, "colorbar", None) is not None or has_legend:
         return True
-    lims = (mappable.norm.vmin, mappable.norm.vmax)
-    return any(
-        b.mappable.cmap.name == mappable.cmap.name and (b.norm.vmin, b.norm.vmax) == lims for b in bars
-    )
+    return (mappable.cmap.name, mappable.norm.vmin, mappable.norm.vmax) in keys
 
 
 def layout_problems(fig: Figure) -> list[str]:
@@ -94,6 +93,12 @@ def layout_problems(fig: Figure) -> list[str]:
                 )
     for ax_a, a, box_a in texts:
         for ax_b in fig.axes:
+            boxes = getattr(ax_b, "panel_boxes", None)
+            if boxes is not None:  # one Axes under several panels: each panel's own square counts
+                for rect in boxes:
+                    if _overlap(box_a, Bbox.from_bounds(*rect).transformed(fig.transFigure)):
+                        problems.append(f"on another panel: {a.get_text()!r} of {_name(ax_a)} over a panel")
+                continue
             if ax_b is ax_a or not ax_b.get_visible() or getattr(ax_b, "name", "") == "3d":
                 continue  # a 3-D panel's box is its whole cell, drawn or not
             if ax_b.bbox.bounds == ax_a.bbox.bounds:
@@ -101,6 +106,10 @@ def layout_problems(fig: Figure) -> list[str]:
             if _overlap(box_a, ax_b.bbox):
                 problems.append(f"on another panel: {a.get_text()!r} of {_name(ax_a)} over {_name(ax_b)}")
     bars = [m.colorbar for ax in fig.axes for m in _mappables(ax) if getattr(m, "colorbar", None) is not None]
+    drawn_keys = [m for ax in fig.axes for m in ax.images if m.get_gid() == "colour key"]
+    keys = [(b.mappable.cmap.name, b.norm.vmin, b.norm.vmax) for b in bars] + [
+        (m.cmap.name, m.norm.vmin, m.norm.vmax) for m in drawn_keys
+    ]
     has_legend = any(ax.get_legend() is not None for ax in fig.axes) or bool(fig.legends)
     for ax in fig.axes:
         if hasattr(ax, "_colorbar"):
@@ -108,7 +117,7 @@ def layout_problems(fig: Figure) -> list[str]:
         for m in _mappables(ax):
             values = np.asarray(m.get_array(), dtype=float)
             if np.ptp(values[np.isfinite(values)]) > 0 if np.isfinite(values).any() else False:
-                if not _keyed(m, bars, has_legend):
+                if not _keyed(m, keys, has_legend):
                     problems.append(
                         f"no key: a colour mapping ({m.cmap.name}) of {_name(ax)} without colour bar"
                     )

@@ -28,8 +28,12 @@ def _unit(shape, seed=0):
 
 
 def _colour_bar_labels(fig: Figure) -> list[str]:
-    # a colour bar is an extra Axes whose (y) label is the name given
-    return [a.get_ylabel() for a in fig.axes if a.get_label() == "<colorbar>"]
+    # a colour bar is an extra Axes whose (y) label is the name given; a grid's colour key is an
+    # image of gid "colour key" with its name the rotated text beside it
+    bars = [a.get_ylabel() for a in fig.axes if a.get_label() == "<colorbar>"]
+    keys = [t.get_text() for a in fig.axes for t in a.texts if t.get_rotation() == 90]
+    assert len(keys) == sum(m.get_gid() == "colour key" for a in fig.axes for m in a.images)
+    return bars + keys
 
 
 @pytest.mark.parametrize("d", [3, 5])
@@ -75,8 +79,9 @@ def test_run_figures_carry_colour_bars_title_and_the_e_max_line(tmp_path, monkey
         color_label="prompt id", title="E3 (seed 0)", energy_max=1.0,
     )  # fmt: skip
     states = figures["states.png"]
-    assert _colour_bar_labels(states) == ["prompt id"] * 4  # content and gauge frame, first and last
-    assert any(a.get_title().startswith("E3 (seed 0): ") for a in states.axes)
+    assert _colour_bar_labels(states) == ["prompt id"] * 2  # one per row: content, gauge frame
+    titles = [a.get_title() for a in states.axes] + [t.get_text() for a in states.axes for t in a.texts]
+    assert any(title.startswith("E3 (seed 0): ") for title in titles)
     ax = figures["energy.png"].axes[0]
     assert ax.get_title() == "E3 (seed 0): energy"
     lines = {line.get_label(): line for line in ax.get_lines()}
@@ -107,7 +112,8 @@ def test_series_panels_end_at_each_groups_own_horizon(tmp_path, monkeypatch):
     write_series_panels(tmp_path / "p.png", groups, ylabel="y")
     axes = figures["p.png"].axes
     assert [a.get_xlim()[1] for a in axes] == [20.0, 100.0]
-    assert [a.get_title() for a in axes] == ["E1", "E5"]
+    assert [a.get_title() for a in axes] == ["E1 (a)", "E5"]  # one curve: named in the title
+    assert axes[0].get_legend() is None and axes[1].get_legend() is not None
     assert len({tuple(line.get_color()) for line in axes[1].get_lines()}) == 2
 
 

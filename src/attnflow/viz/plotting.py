@@ -42,6 +42,7 @@ PNG is always written. The returned path is the PNG's.
 from __future__ import annotations
 
 import difflib
+import io
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -235,42 +236,43 @@ def _flat_points(pts: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict[str, np.
     )
 
 
+def _wireframe() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The flat sphere's lines in the view of :func:`_draw_sphere_flat`, as ``(m, 2)`` polylines
+    whose pieces are separated by NaN rows: the far and near halves of six meridians and five
+    parallels, and the outline."""
+    angle = np.linspace(0.0, 2.0 * np.pi, 97)
+    lines = [
+        np.stack([np.cos(angle) * np.cos(lon), np.cos(angle) * np.sin(lon), np.sin(angle)], axis=1)
+        for lon in np.linspace(0.0, np.pi, 7)[:-1]  # meridians
+    ] + [
+        np.stack([np.cos(lat) * np.cos(angle), np.cos(lat) * np.sin(angle),
+                  np.full_like(angle, np.sin(lat))], axis=1)
+        for lat in np.linspace(-np.pi / 2, np.pi / 2, 7)[1:-1]  # parallels
+    ]  # fmt: skip
+    gap = np.full((1, 2), np.nan)
+    halves: dict[bool, list[np.ndarray]] = {False: [], True: []}
+    for line in lines:
+        near = line @ _TOWARD >= 0
+        flat = line @ _SCREEN.T
+        # runs of points on one side; each run keeps the next point, so the halves meet
+        cuts = np.flatnonzero(np.diff(near.astype(int))) + 1
+        for start, stop in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [len(line)]]), strict=True):
+            halves[bool(near[start])] += [flat[start : min(stop + 1, len(line))], gap]
+    outline = np.stack([np.cos(angle), np.sin(angle)], axis=1)
+    return np.concatenate(halves[False]), np.concatenate(halves[True]), outline
+
+
 def _draw_sphere_flat(ax: Axes, pts: np.ndarray, *, color: Any, cmap: str, title: str | None) -> Axes:
     """Points of ``S^2`` on a 2-D Axes, as :func:`draw_sphere` shows them on a 3-D one: an
     orthographic view of the sphere (its outline, a faint wireframe of meridians and parallels),
     the near side drawn over the far side, the far side faded. A 2-D Axes costs a fraction of a
-    3-D one to make and draw: the grids of states of the reports and runs use it."""
+    3-D one to make and draw: the movie's frames use it (the grids of states draw the same
+    picture on one Axes shared by every panel, :class:`_StateGrid`)."""
     values = _colour(color, pts.shape[0], "draw_state")
-    angle = np.linspace(0.0, 2.0 * np.pi, 97)
-    lines = []
-    for lon in np.linspace(0.0, np.pi, 7)[:-1]:  # meridians
-        lines.append(
-            np.stack([np.cos(angle) * np.cos(lon), np.cos(angle) * np.sin(lon), np.sin(angle)], axis=1)
-        )
-    for lat in np.linspace(-np.pi / 2, np.pi / 2, 7)[1:-1]:  # parallels
-        lines.append(
-            np.stack(
-                [np.cos(lat) * np.cos(angle), np.cos(lat) * np.sin(angle), np.full_like(angle, np.sin(lat))],
-                axis=1,
-            )
-        )
-    from matplotlib.collections import LineCollection
-
-    segments = np.concatenate([np.stack([line[:-1], line[1:]], axis=1) for line in lines])  # (m, 2, 3)
-    near = segments.mean(axis=1) @ _TOWARD >= 0
-    flat = segments @ _SCREEN.T  # (m, 2, 2)
-    outline = np.stack([np.cos(angle), np.sin(angle)], axis=1)
-    for part, alpha, width in ((flat[~near], 0.2, 0.3), (flat[near], 0.5, 0.3), ([outline], 0.6, 0.5)):
-        # one artist per kind of line: far side, near side, outline (a few cheap draws per panel)
-        wires = ax.add_collection(LineCollection(part, colors="0.6", linewidths=width, alpha=alpha))
+    for line, style in zip(_wireframe(), _WIRE_STYLES, strict=True):
+        (wires,) = ax.plot(line[:, 0], line[:, 1], **style)
         wires.set_in_layout(False)
-    order, xy, style = _flat_points(pts)
-    if values is None:
-        dots = ax.scatter(xy[:, 0], xy[:, 1], color="C0", rasterized=True, **style)
-    else:
-        dots = ax.scatter(xy[:, 0], xy[:, 1], c=values[order], cmap=cmap, rasterized=True, **style)
-        _one_label_first_colour(dots, values)
-    dots.set_in_layout(False)
+    _flat_scatter(ax, pts, values, cmap=cmap, centre=(0.0, 0.0), radius=1.0)
     ax.set_xlim(-1.05, 1.05)
     ax.set_ylim(-1.05, 1.05)
     ax.set_aspect("equal")
@@ -278,6 +280,36 @@ def _draw_sphere_flat(ax: Axes, pts: np.ndarray, *, color: Any, cmap: str, title
     if title is not None:
         ax.set_title(title, fontsize=10, y=1.0)
     return ax
+
+
+# far side, near side, outline of the flat sphere
+_WIRE_STYLES = (
+    {"color": "0.6", "linewidth": 0.3, "alpha": 0.2},
+    {"color": "0.6", "linewidth": 0.3, "alpha": 0.5},
+    {"color": "0.6", "linewidth": 0.5, "alpha": 0.6},
+)
+
+
+def _flat_scatter(
+    ax: Axes,
+    pts: np.ndarray,
+    values: np.ndarray | None,
+    *,
+    cmap: str,
+    centre: tuple[float, float],
+    radius: float,
+) -> Any:
+    """The points of :func:`_draw_sphere_flat`, of a sphere drawn at ``centre`` with ``radius``
+    (data units of ``ax``): one rasterised scatter, far side first. Returns it."""
+    order, xy, style = _flat_points(pts)
+    xy = np.asarray(centre) + radius * xy
+    if values is None:
+        dots = ax.scatter(xy[:, 0], xy[:, 1], color="C0", rasterized=True, **style)
+    else:
+        dots = ax.scatter(xy[:, 0], xy[:, 1], c=values[order], cmap=cmap, rasterized=True, **style)
+        _one_label_first_colour(dots, values)
+    dots.set_in_layout(False)
+    return dots
 
 
 def _colour_bar(ax: Axes, mappable: Any, label: str | None, *, cax: Axes | None = None) -> None:
@@ -474,7 +506,14 @@ _LABEL_ROOM = 0.28  # a projection's axis labels (8 pt) left of and below its sq
 class _StateGrid:
     """A figure of ``nrows × ncols`` state panels of ``panel`` inches (:func:`draw_state`'s
     pictures), with room for a colour bar right of the panels of the columns in ``bar_columns``
-    (every column when True); :meth:`draw` fills cell ``k``."""
+    (every column when True); :meth:`draw` fills cell ``k``.
+
+    Spheres (``d = 3``) are drawn flat on one Axes shared by every panel (``<panels>``: the whole
+    figure, in inches, axes hidden): their wireframes are three lines for the whole figure, each
+    panel adds one rasterised scatter and its title. An Axes per panel cost more than the picture
+    on it. The Axes records each sphere's square in ``panel_boxes`` (figure fractions), so that
+    the layout test can tell a panel from the space between panels. Projections (``d != 3``) keep
+    an Axes each, for their axis labels."""
 
     def __init__(self, nrows: int, ncols: int, panel: float, *, bar_columns: bool | set[int]) -> None:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -489,35 +528,161 @@ class _StateGrid:
         self.width, self.height = float(self.lefts[-1]), nrows * self.cell_h
         self.fig = Figure(figsize=(self.width, self.height))
         FigureCanvasAgg(self.fig)
+        self._canvas: Axes | None = None
+        self._wires: list[Any] = []
 
     def _rect(self, left: float, bottom: float, width: float, height: float) -> list[float]:
         return [left / self.width, bottom / self.height, width / self.width, height / self.height]
 
-    def draw(self, k: int, x: np.ndarray, *, color: Any, title: str | None, color_label: str | None) -> Axes:
+    def _shared(self) -> Axes:
+        """The Axes of every sphere panel (made with the first one)."""
+        if self._canvas is None:
+            ax = self.fig.add_axes((0.0, 0.0, 1.0, 1.0), label="<panels>")
+            ax.set_xlim(0.0, self.width)
+            ax.set_ylim(0.0, self.height)
+            ax.set_axis_off()
+            ax.patch.set_visible(False)  # under or over other Axes, it hides nothing
+            ax.panel_boxes = []
+            self._wires = [ax.plot([], [], **style)[0] for style in _WIRE_STYLES]
+            (self._frames,) = ax.plot([], [], color="black", linewidth=0.8)  # projections' squares
+            for wires in (*self._wires, self._frames):
+                wires.set_in_layout(False)
+            self._canvas = ax
+        return self._canvas
+
+    def _projection(
+        self, ax: Axes, pts: np.ndarray, values: np.ndarray | None, left: float, bottom: float
+    ) -> Any:
+        """:func:`draw_projection`'s picture on the shared Axes: the points in the plane of their
+        two leading principal directions, in a framed square with the unit circle and the axis
+        names; returns the scatter."""
+        from matplotlib.patches import Rectangle
+
+        d = pts.shape[1]
+        coords = pts if d == 2 else pts @ _principal_directions(pts)
+        side = self.panel - _LABEL_ROOM
+        x0, y0 = left + _LABEL_ROOM, bottom + _LABEL_ROOM
+        radius, centre = side / 2 / 1.05, np.array([x0 + side / 2, y0 + side / 2])
+        circle = np.linspace(0.0, 2.0 * np.pi, 200)
+        ring = centre + radius * np.stack([np.cos(circle), np.sin(circle)], axis=1)
+        frame = np.array([[x0, y0], [x0 + side, y0], [x0 + side, y0 + side], [x0, y0 + side], [x0, y0]])
+        for wires, line in ((self._wires[2], ring), (self._frames, frame)):
+            old = wires.get_xydata()
+            gap = np.full((1, 2), np.nan) if len(old) else np.empty((0, 2))
+            wires.set_data(np.concatenate([old, gap, line]).T)
+        xy = centre + radius * coords
+        if values is None:
+            dots = ax.scatter(xy[:, 0], xy[:, 1], s=_MARKER_SIZE, color="C0", rasterized=True)
+        else:
+            dots = ax.scatter(xy[:, 0], xy[:, 1], s=_MARKER_SIZE, c=values, cmap=LABEL_CMAP, rasterized=True)
+            _one_label_first_colour(dots, values)
+        dots.set_in_layout(False)
+        dots.set_clip_path(Rectangle((x0, y0), side, side, transform=ax.transData))
+        ax.panel_boxes.append(self._rect(x0, y0, side, side))
+        names = ("x₁", "x₂") if d == 2 else (f"PC 1 (d = {d})", "PC 2")
+        ax.text(x0 + side / 2, y0 - 0.05, names[0], fontsize=8, ha="center", va="top")
+        ax.text(x0 - 0.05, y0 + side / 2, names[1], fontsize=8, ha="right", va="center", rotation=90,
+                rotation_mode="anchor")  # fmt: skip
+        return dots
+
+    def draw(
+        self,
+        k: int,
+        x: np.ndarray,
+        *,
+        color: Any,
+        title: str | None,
+        color_label: str | None,
+        title_size: float = 10,
+    ) -> Axes:
+        """Draw the state ``x`` in cell ``k``; returns the Axes it is on (the shared one for a
+        sphere)."""
         row, col = divmod(k, self.ncols)
         left, bottom = float(self.lefts[col]), (self.nrows - 1 - row) * self.cell_h
         pts = _points(x, "draw_state")
         if pts.shape[1] == 3:
+            ax = self._shared()
+            values = _colour(color, pts.shape[0], "draw_state")
             inset = 0.08 * self.panel  # the sphere's outline a little inside its cell, as in 3-D
-            side = self.panel - 2 * inset
-            ax = self.fig.add_axes(self._rect(left + inset, bottom + inset, side, side))
-            _draw_sphere_flat(ax, pts, color=color, cmap=LABEL_CMAP, title=None)
+            radius = (self.panel - 2 * inset) / 2 / 1.05  # as on an Axes of limits ±1.05
+            centre = (left + self.panel / 2, bottom + self.panel / 2)
+            for wires, line in zip(self._wires, _wireframe(), strict=True):
+                old = wires.get_xydata()
+                gap = np.full((1, 2), np.nan) if len(old) else np.empty((0, 2))
+                wires.set_data(np.concatenate([old, gap, np.asarray(centre) + radius * line]).T)
+            dots = _flat_scatter(ax, pts, values, cmap=LABEL_CMAP, centre=centre, radius=radius)
+            ax.panel_boxes.append(self._rect(centre[0] - radius, centre[1] - radius, 2 * radius, 2 * radius))
             if title is not None:  # at the top of the cell, where a 3-D panel's title sits
-                ax.set_title(title, fontsize=10, y=1.0 + inset / side)
+                ax.text(centre[0], bottom + self.panel + 0.06, title, fontsize=title_size,
+                        ha="center", va="bottom", multialignment="center")  # fmt: skip
         else:
-            side = self.panel - _LABEL_ROOM
-            ax = self.fig.add_axes(self._rect(left + _LABEL_ROOM, bottom + _LABEL_ROOM, side, side))
-            draw_projection(ax, pts, color=color, title=title)
+            ax = self._shared()
+            dots = self._projection(ax, pts, _colour(color, pts.shape[0], "draw_state"), left, bottom)
+            if title is not None:
+                middle = left + _LABEL_ROOM + (self.panel - _LABEL_ROOM) / 2
+                ax.text(middle, bottom + self.panel + 0.06, title, fontsize=title_size,
+                        ha="center", va="bottom", multialignment="center")  # fmt: skip
         if color is not None and color_label is not None:
             height = 0.6 * self.panel
-            cax = self.fig.add_axes(
-                self._rect(
-                    left + self.panel + _BAR_GAP, bottom + (self.panel - height) / 2, _BAR_WIDTH, height
-                ),
-                label="<colorbar>",  # as matplotlib names the Axes of a colour bar it places itself
-            )
-            _colour_bar(ax, ax.collections[-1], color_label, cax=cax)
+            box = (left + self.panel + _BAR_GAP, bottom + (self.panel - height) / 2, _BAR_WIDTH, height)
+            _colour_key(self._shared(), dots, color_label, box)
         return ax
+
+
+def _key_ticks(values: np.ndarray, low: float, high: float) -> np.ndarray:
+    """The ticks of a colour key over ``[low, high]``: one per value for a few integer ids, else
+    at most five round numbers (as :func:`_colour_bar` places them)."""
+    from matplotlib.ticker import MaxNLocator
+
+    distinct = np.unique(values[np.isfinite(values)])
+    if distinct.size <= 12 and np.all(distinct == np.round(distinct)):
+        return distinct
+    ticks = MaxNLocator(nbins=4).tick_values(low, high)
+    span = high - low
+    return ticks[(ticks >= low - 1e-9 * span) & (ticks <= high + 1e-9 * span)]
+
+
+def _colour_key(ax: Axes, mappable: Any, label: str, box: tuple[float, float, float, float]) -> None:
+    """A colour bar drawn on ``ax`` (the shared Axes of a grid, data units inches) in ``box``
+    (left, bottom, width, height): the colour map's gradient as an image over the range of
+    ``mappable``, tick marks and labels (6 pt) on its right, the name ``label`` (7 pt) beside
+    them. What a matplotlib colour bar shows, without the Axes, axis and tick objects that made
+    it cost more than the panel it keys. The image has gid ``"colour key"`` (and the norm of
+    ``mappable``), so the layout test finds it; its texts are texts of ``ax``."""
+    left, bottom, width, height = box
+    norm, cmap = mappable.norm, mappable.get_cmap()
+    low, high = float(norm.vmin), float(norm.vmax)
+    image = ax.imshow(
+        np.linspace(low, high, 256)[:, None],
+        cmap=cmap,
+        norm=norm,
+        extent=(left, left + width, bottom, bottom + height),
+        origin="lower",
+        aspect="auto",
+        interpolation="nearest",
+    )
+    image.set_gid("colour key")
+    image.set_in_layout(False)
+    ax.set_xlim(0.0, ax.figure.get_figwidth())  # imshow widens the limits to its image
+    ax.set_ylim(0.0, ax.figure.get_figheight())
+    ticks = _key_ticks(np.asarray(mappable.get_array(), dtype=float), low, high)
+    ys = bottom + (ticks - low) / (high - low) * height if high > low else np.full(ticks.shape, bottom)
+    marks = np.full((3 * len(ys), 2), np.nan)
+    marks[0::3] = np.stack([np.full_like(ys, left + width), ys], axis=1)
+    marks[1::3] = np.stack([np.full_like(ys, left + width + 0.035), ys], axis=1)
+    ax.plot(marks[:, 0], marks[:, 1], color="black", linewidth=0.6)
+    ax.plot(  # the frame of the bar
+        [left, left + width, left + width, left, left],
+        [bottom, bottom, bottom + height, bottom + height, bottom],
+        color="black",
+        linewidth=0.6,
+    )
+    texts = [f"{tick:g}" for tick in ticks]
+    for text, y in zip(texts, ys, strict=True):
+        ax.text(left + width + 0.05, y, text, fontsize=6, ha="left", va="center")
+    longest = max((len(text) for text in texts), default=0)  # 6 pt digits: about 0.05 in each
+    ax.text(left + width + 0.16 + 0.05 * longest, bottom + height / 2, label, fontsize=7,
+            rotation=90, ha="center", va="center", rotation_mode="anchor")  # fmt: skip
 
 
 def figure_formats(formats: Sequence[str] | None = None) -> tuple[str, ...]:
@@ -551,8 +716,29 @@ def _save(fig: Figure, path: Path, formats: Sequence[str] | None = None) -> Path
     path.parent.mkdir(parents=True, exist_ok=True)
     # registered nowhere, the figure is freed with its last reference (clearing it costs a redraw)
     for fmt in figure_formats(formats):
-        fig.savefig(path.with_suffix(f".{fmt}"), dpi=DPI, format=fmt)
+        if fmt == "png":
+            _save_png(fig, path.with_suffix(".png"))
+        else:
+            fig.savefig(path.with_suffix(f".{fmt}"), dpi=DPI, format=fmt)
     return path
+
+
+def _save_png(fig: Figure, path: Path) -> None:
+    """``fig`` as a PNG with a 256-colour palette: drawn once by Agg into raw RGBA, quantised
+    (PIL's fast octree) and written. The figures are flat colours on white: the palette file is a
+    few times smaller than a true-colour one and encodes in half the time, and the reports embed
+    it as it is (no second encoding)."""
+    from PIL import Image
+
+    raw = io.BytesIO()
+    fig.savefig(raw, dpi=DPI, format="rgba")
+    width, height = (int(v) for v in fig.get_size_inches() * DPI)  # as Agg sizes its canvas
+    data = raw.getvalue()
+    if len(data) != 4 * width * height:  # never seen; a rounding of the canvas size would land here
+        fig.savefig(path, dpi=DPI, format="png")
+        return
+    image = Image.frombuffer("RGBA", (width, height), data, "raw", "RGBA", 0, 1).convert("RGB")
+    image.quantize(colors=256, method=Image.Quantize.FASTOCTREE).save(path, format="PNG")
 
 
 def curve_colours(count: int) -> list[Any]:
@@ -627,11 +813,12 @@ def write_run_figures(
     bar = None if color is None else color_label
 
     rows = [("content", content)] + ([] if gauge is None else [("gauge frame", gauge)])
-    grid = _StateGrid(len(rows), 2, _PANEL_INCHES, bar_columns=bar is not None)
+    # one colour bar per row, right of the last state (both panels of a row share the labels)
+    grid = _StateGrid(len(rows), 2, _PANEL_INCHES, bar_columns={1} if bar is not None else False)
     for r, (frame, states) in enumerate(rows):
         for c, (k, t) in enumerate(((0, t0), (-1, t1))):
             panel = f"{head if r == c == 0 else ''}{frame}, t = {t:g}"
-            grid.draw(2 * r + c, states[k], color=color, title=panel, color_label=bar)
+            grid.draw(2 * r + c, states[k], color=color, title=panel, color_label=bar if c == 1 else None)
     written.append(_save(grid.fig, out / "states.png", formats))
 
     if _has_data(series, "energy"):
@@ -706,14 +893,14 @@ def write_comparison_figure(
     bars = {i % cols for i, panel in enumerate(panels) if panel.get("color_label") is not None}
     grid = _StateGrid(nrows, cols, _GRID_PANEL_INCHES, bar_columns=bars)
     for i, panel in enumerate(panels):
-        ax = grid.draw(
+        grid.draw(
             i,
             panel["x"],
             color=panel.get("color"),
             title=panel.get("title"),
             color_label=panel.get("color_label"),
+            title_size=8,  # small panels: titles of about 40 characters fit
         )
-        ax.title.set_fontsize(8)  # small panels: titles of about 40 characters fit
     return _save(grid.fig, Path(path), formats)
 
 
@@ -805,13 +992,61 @@ def write_series_panels(
         )
         ax.tick_params(labelsize=8)
         colours = curve_colours(len(curves))
+        positive = []
         for i, (label, ts, values) in enumerate(curves):
-            draw_series(ax, ts, values, label=label, ylabel=ylabels[g], logy=logys[g], color=colours[i])
+            times = _times(ts, where)
+            ys = _series(values, times.shape[0], where, "values")
+            ax.plot(times, ys, label=label, linewidth=1.2, color=colours[i])
+            positive.append(ys[np.isfinite(ys) & (ys > 0)])
+        ax.set_xlabel("t")
+        ax.set_ylabel(ylabels[g])
+        if logys[g]:
+            ax.set_yscale("log")
+        ax.grid(True, linewidth=0.4, color="0.88")  # opaque: it survives the palette of the PNG
         ax.set_xlim(0.0, max(float(np.max(np.asarray(ts, dtype=float))) for _, ts, _ in curves))
-        ax.set_title(title, fontsize=9, y=1.0)
-        if any(label for label, _, _ in curves):
+        _few_ticks(ax, logy=logys[g], positive=np.concatenate(positive))
+        only = curves[0][0] if len(curves) == 1 else ""
+        short = bool(only) and len(title) + len(only) <= 46  # one line over the panel at 9 pt
+        ax.set_title(f"{title} ({only})" if short else title, fontsize=9, y=1.0)
+        if any(label for label, _, _ in curves) and not short:  # one curve: the title names it
             ax.legend(fontsize=6, loc="best")
     return _save(fig, Path(path), formats)
+
+
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def _power_of_ten(value: float, _position: Any = None) -> str:
+    """``10⁻⁵`` for ``1e-5``: a log axis's label in plain text (no mathtext to parse and lay out)."""
+    if not value > 0:
+        return ""
+    exponent = math.log10(value)
+    if abs(exponent - round(exponent)) > 1e-9:
+        return ""
+    return "1" if round(exponent) == 0 else "10" + str(round(exponent)).translate(_SUPERSCRIPT)
+
+
+def _few_ticks(ax: Axes, *, logy: bool, positive: np.ndarray) -> None:
+    """At most five ticks per axis, and on a log axis spanning a decade or more (``positive``:
+    the values drawn on it) decades only, labelled in plain text, no minor ticks: what a panel
+    of a grid needs to be read, at a fraction of the cost of matplotlib's defaults (each tick is
+    several artists, each log label a mathtext parse). A log axis within a decade keeps them."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=4))
+    decades = (
+        math.floor(math.log10(positive.max())) - math.ceil(math.log10(positive.min())) if positive.size else 0
+    )
+    if logy and decades < 1:  # within a decade: 1-2-5 steps, in plain text too
+        ax.yaxis.set_major_locator(LogLocator(base=10.0, subs=(1.0, 2.0, 3.0, 5.0), numticks=6))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _position: f"{value:.2g}"))
+        ax.yaxis.set_minor_locator(NullLocator())
+    elif logy:
+        ax.yaxis.set_major_locator(LogLocator(base=10.0, numticks=5))
+        ax.yaxis.set_major_formatter(FuncFormatter(_power_of_ten))
+        ax.yaxis.set_minor_locator(NullLocator())
+    else:
+        ax.yaxis.set_major_locator(MaxNLocator(nbins=4))
 
 
 def write_target_figure(
@@ -852,8 +1087,8 @@ def write_target_figure(
         same_n = tgt.shape[0] == got.shape[0]
         index = np.arange(tgt.shape[0], dtype=float) if same_n else None
         bar = None if index is None else "token index i"
-        grid = _StateGrid(1, 2, _PANEL_INCHES, bar_columns=bar is not None)
-        grid.draw(0, tgt, color=index, title=f"target (n = {tgt.shape[0]})", color_label=bar)
+        grid = _StateGrid(1, 2, _PANEL_INCHES, bar_columns={1} if bar is not None else False)
+        grid.draw(0, tgt, color=index, title=f"target (n = {tgt.shape[0]})", color_label=None)
         grid.draw(1, got, color=index, title=f"realised (n = {got.shape[0]})", color_label=bar)
         return _save(grid.fig, Path(path), formats)
 

@@ -164,22 +164,26 @@ def _horizon(job: JobResult) -> str:
 
 
 def _state_panels(outcome: Outcome, job: JobResult) -> list[dict[str, Any]]:
-    """One row for ``job``: content and gauge frame at τ = 0 and at the run's own horizon."""
+    """One row for ``job``: the content at τ = 0 and at the run's own horizon, and the gauge frame
+    at that horizon (at τ = 0 it is the same uniform cloud as the content, turned by the labels:
+    nothing a reader needs, a panel fewer to draw)."""
     start, end = time_label(0.0), time_label(None)
     if not all(label in job.figure.states for label in (start, end)):
         return []
     seed = job.seeds[0] if job.seeds else 0
     panels = []
-    for frame in ("content", "gauge frame"):
-        for label, when in ((start, "0"), (end, _horizon(job))):
-            last = frame == "gauge frame" and label == end  # one colour bar per row, on its right
-            x, u = job.figure.states[label]
-            shown, note = (x, "") if frame == "content" else (u, "") if u is not None else (x, " (Q = I)")
-            if frame == "gauge frame" and u is None and job.figure.target is not None:
-                note = " (n/a: content)"
-            title = f"{job.label}, n={job.n}, seed {seed}\n{frame}{note}, τ = {when}"
-            bar = _color_label(outcome, job, len(x)) if last else None
-            panels.append({"x": shown, "color": _color(job, len(x)), "title": title, "color_label": bar})
+    shown_at = (("content", start, "0"), ("content", end, _horizon(job)), ("gauge frame", end, _horizon(job)))
+    for frame, label, when in shown_at:
+        last = frame == "gauge frame"  # one colour bar per row, on its right
+        x, u = job.figure.states[label]
+        shown, note = (x, "") if frame == "content" else (u, "") if u is not None else (x, " (Q = I)")
+        if frame == "gauge frame" and u is None and job.figure.target is not None:
+            note = " (n/a: content)"
+        # the run is named once, over the first panel of its row (fewer glyphs to lay out and draw)
+        head = f"{job.label}, n={job.n}, seed {seed}\n" if not panels else ""
+        title = f"{head}{frame}{note}, τ = {when}"
+        bar = _color_label(outcome, job, len(x)) if last else None
+        panels.append({"x": shown, "color": _color(job, len(x)), "title": title, "color_label": bar})
     return panels
 
 
@@ -187,7 +191,7 @@ def _experiment_states(path: Path, outcome: Outcome, jobs: list[JobResult]) -> P
     panels = [p for job in jobs for p in _state_panels(outcome, job)]
     if not panels:
         return None
-    return plotting.write_comparison_figure(path, panels, ncols=4)
+    return plotting.write_comparison_figure(path, panels, ncols=3)
 
 
 def _final_states(path: Path, jobs: list[JobResult], outcome: Outcome) -> Path | None:
@@ -260,9 +264,12 @@ def _metastability(path: Path, outcome: Outcome) -> Path | None:
         held[j.n] += int(np.sum(j.figure.seed_series["gauge_n_clusters"][:, -1] >= 2))
     n = max(held, key=lambda size: (held[size], -size))
     jobs = [j for j in jobs if j.n == n]
-    fig = Figure(figsize=(11.0, 4.0), layout="constrained")  # the layout measures every label
+    # placed in inches (no layout pass): room left of each panel for its tick labels and y label,
+    # below for the x label, above for the title (tests/test_report.py checks the boxes)
+    fig = Figure(figsize=(11.0, 4.0))
     FigureCanvasAgg(fig)
-    left, right = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    left = fig.add_axes((0.85 / 11, 0.6 / 4, 4.45 / 11, 2.95 / 4))
+    right = fig.add_axes((6.35 / 11, 0.6 / 4, 4.45 / 11, 2.95 / 4))
     for c, job in enumerate(jobs):
         ts, beta = job.figure.series["t"], job.figure.beta
         counts, energies = job.figure.seed_series["gauge_n_clusters"], job.figure.seed_series["energy"]
@@ -283,8 +290,14 @@ def _metastability(path: Path, outcome: Outcome) -> Path | None:
     # titles at a fixed height: no automatic placement (it measures every tick)
     left.set_title(f"E6, β = {jobs[0].figure.beta:g}, n = {n}: clusters per seed", y=1.0)
     right.set_title("energy staircase in rescaled time", y=1.0)
+    from matplotlib.ticker import LogLocator, NullLocator
+
     for ax in (left, right):
-        ax.grid(True, linewidth=0.3, alpha=0.5)
+        ax.grid(True, linewidth=0.4, color="0.88")  # opaque: it survives the palette of the PNG
+        for axis in (ax.xaxis, ax.yaxis):
+            if axis.get_scale() == "log":  # decades only: minor ticks cost more than they tell
+                axis.set_major_locator(LogLocator(base=10.0, numticks=6))
+                axis.set_minor_locator(NullLocator())
         ax.legend(fontsize=8)
     return plotting.save_figure(fig, path)
 

@@ -70,11 +70,14 @@ def _words(text: Any) -> str:
 
 
 def _embedded_png(path: Path) -> str:
-    """The PNG at ``path`` as base64, re-encoded with a 256-colour palette (a few times smaller;
-    the figures are flat colours on white)."""
+    """The PNG at ``path`` as base64, with a 256-colour palette (a few times smaller than true
+    colour; the figures are flat colours on white): as it is when it has one (what
+    :func:`attnflow.viz.plotting.save_figure` writes), else re-encoded."""
     from PIL import Image
 
     with Image.open(path) as image:
+        if image.mode == "P":
+            return base64.b64encode(path.read_bytes()).decode("ascii")
         palette = image.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT)
         buffer = io.BytesIO()
         palette.save(buffer, format="PNG", optimize=True)

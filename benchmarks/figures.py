@@ -1,0 +1,213 @@
+"""What the figures cost: a run's figures against the whole run, the reproduce report against the
+whole ``reproduce --quick``, both as CPU-time ratios measured in this one run.
+
+Each measurement is a fresh child process running the command in-process (the ``attnflow`` command
+line's own code), with the drawing wrapped to add up the process CPU time spent inside it:
+
+- **a run** (``attnflow run examples/rope.toml``: n = 64, d = 3, RK4, 201 snapshots, the run's
+  ``states.png``, ``energy.png`` and ``collapse.png``): the CPU time inside
+  ``attnflow.workflows.run.write_figures`` (matplotlib's import included: it is imported by the
+  first figure) over the CPU time of the whole process (its start, JAX's import, the build, the
+  solve, the store, the metrics, the figures, the viewer). The first child warms the program
+  cache, as a user's second run finds it; the others are measured; the median is reported.
+- **the report** (``attnflow reproduce --quick``): the CPU time of importing
+  ``attnflow.viz.report`` (matplotlib and the viz modules; JAX, which it also imports, is imported
+  first and counted as the command's) and inside ``attnflow.viz.report.write_report`` (the
+  figures, ``results.json``, ``table.md``, ``report.md`` and ``report.html``) over the whole
+  process's. ``--quick`` runs every job in this one process, so the process's CPU time is the
+  command's.
+
+Targets (issue 28, item 10): at most a fifth for a run, at most a quarter for the report.
+
+``python benchmarks/figures.py`` (about 1 min on 2 cores) prints the numbers; ``--write`` also puts
+them in ``benchmarks/RESULTS.md`` (its ``figures`` section, replaced on each write).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN_CONFIG = ROOT / "examples" / "rope.toml"
+BEGIN, END = "<!-- figures: begin -->", "<!-- figures: end -->"
+RUN_TARGET, REPORT_TARGET = 0.2, 0.25
+
+
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)  # every thread of this process
+    return usage.ru_utime + usage.ru_stime
+
+
+def _timed(spent: list[float], function):
+    """``function`` that adds the CPU time spent inside it to ``spent[0]``."""
+
+    def wrapper(*args, **kwargs):
+        start = _cpu_s()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            spent[0] += _cpu_s() - start
+
+    return wrapper
+
+
+def _command(argv: list[str]) -> int:
+    """The ``attnflow`` command line in this process; its exit code."""
+    from attnflow.cli import app
+
+    try:
+        app(argv, standalone_mode=False)
+    except SystemExit as stop:
+        return int(stop.code or 0)
+    return 0
+
+
+def child_run(out: Path) -> dict:
+    """One ``attnflow run examples/rope.toml`` in this process: CPU of the figures and in all."""
+    from attnflow.workflows import run
+
+    spent = [0.0]
+    run.write_figures = _timed(spent, run.write_figures)
+    code = _command(["run", str(RUN_CONFIG), "--out", str(out)])
+    figures = sorted(p.name for p in (out / "figures").glob("*.png"))
+    return {"exit": code, "figures_cpu_s": spent[0], "total_cpu_s": _cpu_s(), "figures": figures}
+
+
+def child_report(out: Path) -> dict:
+    """One ``attnflow reproduce --quick`` in this process: CPU of the report and in all."""
+    spent = [0.0]
+    import jax  # noqa: F401 - what the report module imports besides the drawing: the command's
+    import rich.table  # noqa: F401
+
+    import attnflow.io.outcomes  # noqa: F401
+
+    start = _cpu_s()
+    from attnflow.viz import report  # matplotlib with it: part of the drawing's cost
+
+    spent[0] += _cpu_s() - start
+    report.write_report = _timed(spent, report.write_report)
+    code = _command(["reproduce", "--quick", "--out", str(out)])
+    figures = sorted(p.name for p in (out / "figures").glob("*.png"))
+    return {"exit": code, "report_cpu_s": spent[0], "total_cpu_s": _cpu_s(), "figures": figures}
+
+
+def _child(kind: str, out: Path) -> dict:
+    """Run ``kind`` ("run" or "report") in a fresh process; its measurements."""
+    result = subprocess.run(
+        [sys.executable, __file__, "--child", kind, "--child-out", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    if result.returncode != 0 or not lines:
+        raise RuntimeError(f"benchmark child {kind} failed ({result.returncode}):\n{result.stderr[-3000:]}")
+    return json.loads(lines[-1])
+
+
+def measure(runs: int) -> dict:
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="attnflow-figures-") as tmp:
+        _child("run", Path(tmp) / "warm")  # fills the program cache, as a user's first run does
+        run = [_child("run", Path(tmp) / f"run{i}") for i in range(runs)]
+        report = _child("report", Path(tmp) / "report")
+    load_after = os.getloadavg()
+    run_ratios = [r["figures_cpu_s"] / r["total_cpu_s"] for r in run]
+    return {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "load_before": load_before,
+        "load_after": load_after,
+        "run": run,
+        "run_ratio": statistics.median(run_ratios),
+        "report": report,
+        "report_ratio": report["report_cpu_s"] / report["total_cpu_s"],
+    }
+
+
+def section(result: dict) -> str:
+    """The Markdown section of ``RESULTS.md``."""
+    load = ", ".join(f"{v:.2f}" for v in result["load_before"])
+    after = ", ".join(f"{v:.2f}" for v in result["load_after"])
+    run, report = result["run"], result["report"]
+    rows = [
+        f"| run {i + 1} | {r['figures_cpu_s']:.2f} | {r['total_cpu_s']:.2f} | "
+        f"{r['figures_cpu_s'] / r['total_cpu_s']:.3f} |"
+        for i, r in enumerate(run)
+    ]
+    lines = [
+        BEGIN,
+        "## What the figures cost (`python benchmarks/figures.py`)",
+        "",
+        f"Run of {result['date']} on {result['machine']}; load average (1, 5, 15 min) {load} before, "
+        f"{after} after (a shared machine: the ratios are of CPU time, each within one process).",
+        "",
+        f"A warm `attnflow run examples/rope.toml` (n = 64, d = 3, 201 snapshots; figures "
+        f"{', '.join(run[0]['figures'])}): CPU seconds inside the figures (matplotlib's import "
+        "included) against the whole process's.",
+        "",
+        "| process | figures CPU s | whole run CPU s | figures / run |",
+        "|---|---|---|---|",
+        *rows,
+        "",
+        f"Median share: **{result['run_ratio']:.3f}** (target at most {RUN_TARGET}).",
+        "",
+        f"`attnflow reproduce --quick` ({len(report['figures'])} figures): CPU seconds of the report "
+        "(importing `attnflow.viz.report` with matplotlib, then `write_report`: figures, results.json, "
+        "table.md, report.md, report.html) against the whole process's.",
+        "",
+        "| report CPU s | whole reproduce CPU s | report / reproduce |",
+        "|---|---|---|",
+        f"| {report['report_cpu_s']:.2f} | {report['total_cpu_s']:.2f} | **{result['report_ratio']:.3f}** |",
+        "",
+        f"Target at most {REPORT_TARGET}.",
+        END,
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_section(text: str, path: Path) -> None:
+    """Replace this benchmark's section of ``path`` with ``text`` (append it the first time)."""
+    old = path.read_text()
+    if BEGIN in old and END in old:
+        head, rest = old.split(BEGIN, 1)
+        new = head + text.rstrip("\n") + rest.split(END, 1)[1]
+    else:
+        new = old.rstrip("\n") + "\n\n" + text
+    path.write_text(new)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3, help="measured runs (after one warm-up)")
+    parser.add_argument("--write", action="store_true", help="put the section in benchmarks/RESULTS.md")
+    parser.add_argument("--json", type=Path, help="also write the raw numbers here")
+    parser.add_argument("--child", choices=("run", "report"), help=argparse.SUPPRESS)
+    parser.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        measured = child_run(args.child_out) if args.child == "run" else child_report(args.child_out)
+        print(json.dumps(measured))
+        return
+    result = measure(args.runs)
+    text = section(result)
+    print(text)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+    if args.write:
+        write_section(text, ROOT / "benchmarks" / "RESULTS.md")
+
+
+if __name__ == "__main__":
+    main()
