@@ -115,7 +115,9 @@ def _bad_file_case(tmp_path: Path, kind: str) -> tuple[list[str], str]:
         w = -np.ones((n, n))
         np.save(tmp_path / "w.npy", w)
         sets = ["factor.kind=file", f"factor.path={tmp_path / 'w.npy'}", "model.normalization=sa"]
-        return [arg for s in sets for arg in ("--set", s)], "factor.path"
+        # the library's check (numerics.dynamics), under its config key (io.parameters)
+        needle = "`model.normalization` 'sa' requires a non-negative"
+        return [arg for s in sets for arg in ("--set", s)], needle
     w = np.arange(n * n, dtype=float).reshape(n, n)  # not symmetric
     np.save(tmp_path / "w.npy", w)
     return ["--set", "factor.kind=file", "--set", f"factor.path={tmp_path / 'w.npy'}"], "symmetric"

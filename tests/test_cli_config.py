@@ -121,3 +121,18 @@ def test_a_run_stopped_by_its_step_bound_names_the_key(capsys, tmp_path):
     assert stop.value.exit_code == 3
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "status 'max_steps' (the adaptive solver reached its step bound, `solver.max_steps`" in line
+
+
+def test_config_check_runs_the_library_s_checks_under_config_keys(tmp_path):
+    """A sign-changing factor file with softmax: the library's check (one place), the config key named."""
+    import numpy as np
+
+    np.save(tmp_path / "w.npy", -np.ones((16, 16)))
+    path = tmp_path / "sa.toml"
+    path.write_text(ROPE + '[factor]\nkind = "file"\npath = "w.npy"\n')
+    result = invoke("config", "check", str(path), "--set", "model.normalization=sa")
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        "error: config: `model.normalization` 'sa' requires a non-negative factor (softmax weights); got the "
+        "sign-changing factor MatrixFactor."
+    ]

@@ -29,7 +29,7 @@ KEYS = {
     "factor": ["kind", "slope", "omega", "path"],
     "init": ["kind", "seed", "center", "sigma", "rho0", "path"],
     "solver": ["method", "dt", "t_end", "save_every", "rtol", "atol", "dtype", "block_size", "interaction",
-               "tolerance"],
+               "tolerance", "max_steps"],
     "storage": ["token_stride", "dtype", "snapshots"],
     "attention": ["heads", "head_dim", "values", "weights", "scale", "seed", "alibi"],
 }  # fmt: skip
@@ -108,6 +108,7 @@ def _edge_config(folder: Path, case: str) -> str:
             "ignored_factor_path": ("factor", "path", "w.npy"),
             "ignored_gauge_omega": ("gauge", "omega", 1.0),
             "ignored_solver_atol": ("solver", "atol", 1e-6),
+            "ignored_solver_max_steps": ("solver", "max_steps", 1000),  # an adaptive bound with rk4
         }[case]
         data = {name: dict(keys) for name, keys in BASE.items()}
         data.setdefault(section, {})[key] = value
@@ -138,6 +139,7 @@ EDGE_CASES = {
     "ignored_factor_path": "`factor.path` must be left out when `factor.kind` = 'none'",
     "ignored_gauge_omega": "`gauge.omega` must be left out when `gauge.kind` = 'rope'",
     "ignored_solver_atol": "`solver.atol` must be left out when `solver.method` = 'rk4'",
+    "ignored_solver_max_steps": "`solver.max_steps` must be left out when `solver.method` = 'rk4'",
     "int64_block_size": "`solver.block_size` must be an integer at most 2**63 - 1",
     "int64_token_stride": "`storage.token_stride` must be an integer at most 2**63 - 1",
     "adaptive_t_end": "`solver.save_every` must be at least `solver.t_end` / 1e+08",

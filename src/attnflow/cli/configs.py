@@ -46,17 +46,19 @@ def _steps(solver) -> int | None:
 
 @config_app.command(cls=ConfigCommand)
 def check(config: CONFIG, set_: SETS = []) -> None:  # noqa: B006
-    """Validate a config and estimate its memory and time without running it (exit 2 if refused)."""
+    """Validate a config (as `attnflow run` would, input files included) and estimate its memory and
+    time without running it (exit 2 if refused)."""
     with user_errors():
         from attnflow.io.config_load import config_hash, load_config
 
         cfg = load_config(config, set_)
         from attnflow.numerics.expansion import exact_cost
         from attnflow.numerics.saving import snapshot_count
-        from attnflow.workflows.build import check_memory, memory_estimate, physical_memory
+        from attnflow.workflows.build import build, check_memory, memory_estimate, physical_memory
 
         check_memory(cfg, streamed=True)  # as `attnflow run` holds it; refused in one line
         memory = sum(memory_estimate(cfg, streamed=True).values())
+        build(cfg, streamed=True)  # the library's own checks (input files, gauges, factors): nothing runs
     solver, model = cfg.solver, cfg.model
     steps = _steps(solver)
     rows = {"config": "valid", "hash": config_hash(cfg), "n": model.n, "d": model.d}

@@ -26,6 +26,7 @@ from attnflow.core.host import folded_key, to_device
 from attnflow.core.kernel import Kernel, make_profile
 from attnflow.io.arrays import ArrayFileError, load_array
 from attnflow.io.config import Config, ConfigError
+from attnflow.io.parameters import library_errors
 from attnflow.numerics.dynamics import VectorField, make_vector_field
 from attnflow.numerics.expansion import MAX_RANK, expansion_rank
 from attnflow.numerics.heads_field import HeadsField
@@ -67,6 +68,13 @@ class Simulation:
     block_size: int | None
     interaction: str = "exact"  # the path that runs ("auto" resolved)
     rank: int | None = None  # features per token of the expansion; None for "exact"
+
+
+
+@jax.jit
+def noise_key(seed):
+    """The noise stream of a run, ``fold_in(key(seed), 1)``: one compiled program for every seed."""
+    return jax.random.fold_in(jax.random.key(seed), 1)
 
 
 def _fail(key: str, constraint: str, value) -> ConfigError:
@@ -169,10 +177,8 @@ def make_gauge(config: Config, xi: np.ndarray, dtype, *, d: int | None = None) -
         q_prompts = gauges.haar_orthogonal(g.seed, config.aux.n_prompts, d)
         return gauges.make_prompt_gauge(xi.astype(int), q_prompts, dtype=dtype)
     q = _load_array("gauge.path", g.path, (n, d, d))
-    try:
+    with library_errors():
         q = gauges.check_orthogonal(q, name="gauge.path")
-    except ValueError as error:
-        raise ConfigError(f"config: {error}") from error
     return gauges.DenseGauge(q=to_device(q, dtype))
 
 
@@ -188,13 +194,8 @@ def make_factor(config: Config, xi: np.ndarray, dtype, *, slope: float | None = 
         xi = to_device(_scalar_labels(xi, "factor.kind"), dtype)
         return factors.ToeplitzCos(xi=xi, omega=to_device(f.omega, dtype))
     w = _load_array("factor.path", f.path, (n, n))
-    try:
-        factor = factors.make_matrix_factor(w, n=n, dtype=dtype)
-    except ValueError as error:
-        raise ConfigError(f"config: {error}") from error
-    if config.model.normalization == "sa" and not factor.nonnegative:
-        raise _fail("factor.path", "non-negative with model.normalization = 'sa'", f"min entry {w.min():.3g}")
-    return factor
+    with library_errors():  # with normalization 'sa', make_vector_field refuses a sign-changing w
+        return factors.make_matrix_factor(w, n=n, dtype=dtype)
 
 
 def make_initial(config: Config, gauge: gauges.Gauge, dtype) -> jax.Array:
@@ -359,9 +360,11 @@ def build(config: Config, *, memory_limit: int | None = None, streamed: bool = F
     block_size = resolve_block_size(config)
     if config.attention is not None:
         return _build_heads(config, xi, profile, block_size, dtype)
-    gauge = make_gauge(config, xi, dtype)
-    kernel = Kernel(gauge=gauge, factor=make_factor(config, xi, dtype), profile=profile)
-    try:
+    with library_errors():  # the library's checks, reported under the config keys (io.parameters)
+        gauge = make_gauge(config, xi, dtype)
+        kernel = Kernel(gauge=gauge, factor=make_factor(config, xi, dtype), profile=profile)
+    context = None if solver.interaction == "exact" else f"`solver.interaction` = {solver.interaction!r}"
+    with library_errors(context):  # the expansion's limits are those of the interaction chosen
         field = make_vector_field(
             kernel,
             normalization=model.normalization,
@@ -372,10 +375,6 @@ def build(config: Config, *, memory_limit: int | None = None, streamed: bool = F
             tolerance=solver.tolerance,
             sources=model.sources,
         )
-    except ValueError as error:  # the expansion's limits (d too large for the tolerance, ...)
-        if solver.interaction == "exact":
-            raise
-        raise ConfigError(f"config: `solver.interaction` = {solver.interaction!r}: {error}") from error
     _warn_step(solver, _profile_scale(profile))
     return _simulation(config, kernel, field, xi, block_size, dtype)
 
@@ -394,7 +393,7 @@ def _simulation(config: Config, kernel: Kernel, field, xi: np.ndarray, block_siz
         t_end=solver.t_end,
         save_every=solver.save_every,
         noise=config.model.noise,
-        key=folded_key(config.init.seed, 1),  # the noise stream: fold_in(key(seed), 1)
+        key=noise_key(np.int64(config.init.seed)),
         block_size=block_size,
         interaction=field.interaction,
         rank=field.rank,
@@ -417,9 +416,10 @@ def _build_heads(config: Config, xi: np.ndarray, profile, block_size, dtype) -> 
     the heads' gauges and factors live in the field. "auto" runs the exact sums."""
     model, solver = config.model, config.solver
     n, d = model.n, model.d
-    heads = make_heads(config, xi, dtype, make_gauge=make_gauge, make_factor=make_factor)
+    with library_errors():
+        heads = make_heads(config, xi, dtype, make_gauge=make_gauge, make_factor=make_factor)
     interaction = "exact" if solver.interaction == "auto" else solver.interaction
-    try:
+    with library_errors("`solver.interaction`" if interaction == "expansion" else "`attention`"):
         field = HeadsField(
             heads,
             profile,
@@ -430,9 +430,6 @@ def _build_heads(config: Config, xi: np.ndarray, profile, block_size, dtype) -> 
             interaction=interaction,
             tolerance=solver.tolerance,
         )
-    except ValueError as error:
-        key = "solver.interaction" if interaction == "expansion" else "attention"
-        raise ConfigError(f"config: `{key}`: {error}") from error
     largest = max(np.prod(head_norms(head)) for head in heads)
     _warn_step(solver, _profile_scale(profile) * float(np.exp(model_beta(config) * (largest - 1.0))))
     kernel = Kernel(gauge=gauges.IdentityGauge(n=n, d=d), factor=factors.NoFactor(n=n), profile=profile)
