@@ -70,13 +70,6 @@ class Simulation:
     rank: int | None = None  # features per token of the expansion; None for "exact"
 
 
-
-@jax.jit
-def noise_key(seed):
-    """The noise stream of a run, ``fold_in(key(seed), 1)``: one compiled program for every seed."""
-    return jax.random.fold_in(jax.random.key(seed), 1)
-
-
 def _fail(key: str, constraint: str, value) -> ConfigError:
     return ConfigError.from_parts(key, constraint, value)
 
@@ -393,7 +386,7 @@ def _simulation(config: Config, kernel: Kernel, field, xi: np.ndarray, block_siz
         t_end=solver.t_end,
         save_every=solver.save_every,
         noise=config.model.noise,
-        key=noise_key(np.int64(config.init.seed)),
+        key=folded_key(config.init.seed, 1),  # the noise stream: fold_in(key(seed), 1)
         block_size=block_size,
         interaction=field.interaction,
         rank=field.rank,
