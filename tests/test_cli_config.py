@@ -136,3 +136,58 @@ def test_config_check_runs_the_library_s_checks_under_config_keys(tmp_path):
         "error: config: `model.normalization` 'sa' requires a non-negative factor (softmax weights); got the "
         "sign-changing factor MatrixFactor."
     ]
+
+
+# --- one Ctrl-C policy for every command (attnflow.cli.interrupts) -------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "target", "line"),
+    [
+        (["landscape", "{config}", "--out", "{out}"], "attnflow.workflows.landscape.run_landscape",
+         "interrupted before landscape started: nothing was written."),
+        (["run", "{config}", "--out", "{out}"], "attnflow.workflows.run.run",
+         "interrupted before run started: nothing was written."),
+        (["config", "check", "{config}"], "attnflow.workflows.build.build",
+         "interrupted before check started: nothing was written."),
+    ],
+)  # fmt: skip
+def test_ctrl_c_in_any_command_is_one_line_and_exit_130(rope_file, tmp_path, monkeypatch, args, target, line):
+    import importlib
+    import signal
+
+    module, name = target.rsplit(".", 1)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(importlib.import_module(module), name, interrupted)
+    out = tmp_path / "out"
+    try:
+        result = invoke(*(a.format(config=rope_file, out=out) for a in args))
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    assert result.exit_code == 130, result.output
+    assert result.stderr.splitlines() == [line]
+    assert "Traceback" not in result.output and not out.exists()
+
+
+def test_a_stopped_run_says_what_it_kept_and_how_to_continue(rope_file, tmp_path, monkeypatch):
+    import signal
+
+    from attnflow.workflows import run as run_module
+
+    def stopped(config, out_dir, **kwargs):
+        raise run_module.RunInterrupted(out_dir, 3, 9)
+
+    monkeypatch.setattr(run_module, "run", stopped)
+    out = tmp_path / "out"
+    try:
+        result = invoke("run", str(rope_file), "--out", str(out))
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    assert result.exit_code == 130
+    assert result.stderr.splitlines() == [
+        f"interrupted: kept 3 of 9 snapshots in {str(out)!r}; metrics.json records status 'interrupted'. "
+        f"Continue with: attnflow run {rope_file} --out {out} --resume"
+    ]
