@@ -5,10 +5,9 @@ It lives outside the ``attnflow`` package on purpose: importing any module of th
 runs ``attnflow/__init__.py``, and a handler installed after that would leave the interpreter's
 imports unguarded. Here the handler is in place before the first ``attnflow`` import (the command
 line itself imports no JAX: each command imports what it needs when it runs); the command line's
-callback then hands SIGINT to the command, which handles it
-(``attnflow run`` notes it while it imports JAX and builds, records ``interrupted`` once running,
-and says how to resume). Once the command is done, SIGINT is ignored: the exit code is the
-command's, not a death by signal during the teardown.
+callback then installs the one Ctrl-C policy of every command (:mod:`attnflow.cli.interrupts`: one
+line saying what was kept and how to continue, exit code 130). Once the command is done, SIGINT
+is ignored: the exit code is the command's, not a death by signal during the teardown.
 """
 
 import os
