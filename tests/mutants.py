@@ -248,15 +248,16 @@ def run(name: str, experiments, jobs, *, workers: int = 1) -> tuple[list, dict]:
 # --------------------------------------------------------------------------- the table
 
 
-def _frozen_solve(record: dict, current: dict, name: str, original) -> Callable:
-    """A ``solve`` that records whether the mutant can act on the run's field and returns a
-    trajectory that never moves (no simulation: the cheap pass that fills the "acts" column)."""
+def _frozen_solve(record: dict, current: dict, names, original) -> Callable:
+    """A ``solve`` that records, for each mutant of ``names``, whether it can act on the run's field,
+    and returns a trajectory that never moves (no simulation: the cheap pass of :func:`acting`)."""
     from attnflow.numerics.solve import Trajectory, snapshot_count
     from attnflow.numerics.status import Status
 
     def solve(field, x0, *, t_end, save_every, on_snapshot=None, **options):
-        label = current["label"]
-        record[label] = record.get(label, False) or acts(field, name, x0)
+        for name in names:
+            key = (name, current["label"])
+            record[key] = record.get(key, False) or acts(field, name, x0)
         count = snapshot_count(t_end, save_every)
         x0 = np.asarray(x0)
         xs = np.broadcast_to(x0, (count, *x0.shape)).copy()
@@ -269,45 +270,42 @@ def _frozen_solve(record: dict, current: dict, name: str, original) -> Callable:
     return solve
 
 
-def acting_jobs(name: str, jobs) -> dict:
-    """``{job label: acts}`` for ``jobs`` under the mutant ``name``, without simulating (each job's
-    field is built as reproduce builds it and compared with its mutant at the initial state)."""
+def label(job) -> tuple:
+    return (job.experiment.id, job.variant.name, job.n)
+
+
+def acting(jobs, names=None) -> dict:
+    """``{(mutant, job label): acts}`` for ``jobs``, without simulating: each job's field is built
+    as reproduce builds it and compared with each mutant's at the initial state (one pass)."""
+    names = list(names or MUTANTS)
     record: dict = {}
     current = {"label": None}
     original, original_run_job = solve_module.solve, reproduce.run_job
-    frozen = _frozen_solve(record, current, name, original)
-
-    def run_job(job, tick):
-        current["label"] = (job.experiment.id, job.variant.name, job.n)
-        return original_run_job(job, tick)
-
+    frozen = _frozen_solve(record, current, names, original)
     modules = [m for key, m in list(sys.modules.items()) if key.startswith("attnflow.")]
     patched = [m for m in modules if getattr(m, "solve", None) is original]
     try:
         for module in patched:
             module.solve = frozen
-        reproduce.run_job = run_job
         for job in jobs:
-            reproduce.run_job(job, lambda units, stage=None: None)
+            current["label"] = label(job)
+            original_run_job(job, lambda units, stage=None: None)
     finally:
         for module in patched:
             module.solve = original
-        reproduce.run_job = original_run_job
     return record
 
 
-def cell(name: str, experiment, jobs) -> tuple[str, list]:
+def cell(name: str, experiment, jobs, where: dict) -> tuple[str, list]:
     """The mutant ``name`` against one experiment: ``("cannot act", [])`` when it changes no run's
-    field; else its acting jobs run one at a time until a row fails: ``("FAIL", rows that failed)``
-    or ``("PASS", [])``."""
+    field (``where``: :func:`acting`); else its acting jobs run one at a time until a row fails:
+    ``("FAIL", the rows that failed)`` or ``("PASS", [])``."""
     from attnflow.workflows import experiments as experiment_files
 
-    mine = [j for j in jobs if j.experiment.id == experiment.id]
-    where = acting_jobs(name, mine)
-    acting = [j for j in mine if where.get((j.experiment.id, j.variant.name, j.n))]
-    if not acting:
+    mine = [j for j in jobs if j.experiment.id == experiment.id and where.get((name, label(j)))]
+    if not mine:
         return "cannot act", []
-    for job in acting:
+    for job in mine:
         results, _ = run(name, [experiment], [job])
         rows = experiment_files.evaluate(experiment, results)
         failed = [(r["variant"], r["n"], r["metric"], r["text"]) for r in rows if r["status"] == "FAIL"]
@@ -319,4 +317,5 @@ def cell(name: str, experiment, jobs) -> tuple[str, list]:
 def table(experiments, *, quick: bool, names=None) -> dict:
     """``{(mutant, experiment id): cell(...)}`` for every mutant (or ``names``) and experiment."""
     jobs = reproduce.plan(experiments, quick=quick)
-    return {(name, e.id): cell(name, e, jobs) for name in (names or MUTANTS) for e in experiments}
+    where = acting(jobs, names)
+    return {(name, e.id): cell(name, e, jobs, where) for name in (names or MUTANTS) for e in experiments}

@@ -185,6 +185,25 @@ def source_rate(n: int, sources: int, *, beta: float, c: float = 1.0) -> float:
     return float(c) * float(np.exp(beta)) * sources / n
 
 
+def axis_rates(signs, weight, *, beta: float, c: float = 1.0) -> tuple[float, float]:
+    """The rate at which the tokens of the gradient layer ``W_Q = W_K = W_V = W``, ``W_O = Wᵀ`` (one
+    head, no gauge, usa, no mask) close in on ``±e`` near that state, ``e`` the top eigenvector of
+    ``M = WᵀW`` (eigenvalue ``λ``), ``signs`` the side ``s_i = ±1`` of each token. There the field is
+    ``P_{x_i}(Σ_j a_ij M x_j)``, ``a_ij = (c/n) e^{β s_i s_j λ}``, and on ``e^⊥`` (``M``'s other
+    eigenvalues ``μ_k``) ``dε/dt = (μ_k a − λ diag(s_i Σ_j a_ij s_j)) ε``, each ``k`` on its own:
+    ``(slowest, fastest)`` rates, ``−`` the largest and the smallest eigenvalue of these symmetric
+    matrices. ``1 − min_i |⟨x_i, e⟩|`` is quadratic in ``ε``: it decays at twice a rate between."""
+    s = np.asarray(signs, dtype=np.float64).reshape(-1)
+    w = np.asarray(weight, dtype=np.float64)
+    values, vectors = np.linalg.eigh(w.T @ w)
+    lam = float(values[-1])
+    n = s.size
+    a = float(c) / n * np.exp(beta * lam * np.outer(s, s))
+    drift = lam * np.diag(s * (a @ s))
+    spectra = [np.linalg.eigvalsh(mu * a - drift) for mu in values[:-1]]
+    return -float(max(e[-1] for e in spectra)), -float(min(e[0] for e in spectra))
+
+
 def second_token_angle(ts, x0, x1, *, query, key, beta: float, strict: bool = False) -> np.ndarray:
     """The angle ``θ(t)`` between the first token (which never moves) and the second one under a
     causal softmax layer with values ``I`` (the second token sees the first and itself: its velocity
@@ -541,6 +560,7 @@ __all__ = [
     "SpectralCriterion",
     "antipodal_energy",
     "antipodal_pair",
+    "axis_rates",
     "certify",
     "circle_energy",
     "circle_normal_rate",

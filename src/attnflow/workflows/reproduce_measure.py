@@ -87,6 +87,12 @@ THEORY_METRICS = {
     "1e-2], over the slowest rate of the linearisation near the first token's point: 1/2 for a causal "
     "softmax layer (inclusive mask; attnflow.analysis.theory.first_token_rate), c e^beta k/n for k held "
     "sources of the usa field (attnflow.analysis.theory.source_rate)",
+    "axis_rate_ratio": "the decay rate of 1 - min_i |<x_i, e>| on the last 3 points of its first stretch in "
+    "[1e-9, 1e-4], over "
+    "twice the slowest rate of the linearisation at +-e of the shared-map gradient layer "
+    "(attnflow.analysis.theory.axis_rate; W_Q = W_K = W_V = W, W_O = W^T, no gauge, usa, no mask)",
+    "axis_rate_ceiling": "the fastest over the slowest rate of that linearisation: axis_rate_ratio lies "
+    "between 1 and it",
     "second_token_error": "|theta(t) - theta_ODE(t)|, theta the angle of the second token to the first one "
     "(which never moves) and theta_ODE the closed-form two-token motion of a causal softmax layer with "
     "values I (attnflow.analysis.theory.second_token_angle)",
@@ -209,10 +215,12 @@ def series_values(ts, energies, mean_cos, gauge_mean_cos, e_max) -> dict[str, An
     }
 
 
-def _fitted_rate(ts: np.ndarray, deficit: np.ndarray, window: tuple[float, float] = RATE_WINDOW) -> float | None:  # noqa: E501
+def _fitted_rate(ts: np.ndarray, deficit: np.ndarray, window: tuple[float, float] = RATE_WINDOW,
+                 last: int | None = None) -> float | None:  # fmt: skip
     """``−`` the least-squares slope of ``log deficit`` over its first stretch of saved times in
     ``window``: from its last entry below the top before it first falls below the bottom (after
-    that the solver's error floor); None with fewer than :data:`RATE_POINTS` points."""
+    that the solver's error floor), or its ``last`` points; None with fewer than :data:`RATE_POINTS`
+    points in the stretch."""
     low, high = window
     finite = np.isfinite(deficit)
     below = np.flatnonzero(finite & (deficit < low))
@@ -221,6 +229,8 @@ def _fitted_rate(ts: np.ndarray, deficit: np.ndarray, window: tuple[float, float
     start = above[-1] + 1 if above.size else 0
     if stop - start < RATE_POINTS:
         return None
+    if last is not None:  # the asymptotic end of the stretch: the slowest mode has taken over
+        start = max(start, stop - last)
     return float(-np.polyfit(ts[start:stop], np.log(deficit[start:stop]), 1)[0])
 
 
@@ -229,6 +239,13 @@ def _identity_values(head) -> bool:
     value, output = np.asarray(head.value), np.asarray(head.output)
     return value.shape[0] == value.shape[1] and np.array_equal(value, np.eye(len(value))) and np.array_equal(
         output, np.eye(len(output)))  # fmt: skip
+
+
+def _shared(head) -> bool:
+    """Case (a) of a gradient head without a gauge: ``W_Q = W_K = W_V = W``, ``W_O = Wᵀ``."""
+    query, key, value, output = (np.asarray(m) for m in (head.query, head.key, head.value, head.output))
+    same = np.array_equal(query, key) and np.array_equal(query, value) and np.array_equal(output, query.T)
+    return same and head.gauge.is_identity
 
 
 def _identity_maps(head) -> bool:
@@ -283,6 +300,16 @@ def theory_values(sim: Simulation, w: np.ndarray, ts, mean_cos, gauge_mean_cos, 
             phase = np.exp(1j * omega * xi)
             blank[b]["circle_label_order"] = np.maximum(
                 np.abs(np.mean(z * phase.conj(), axis=1)), np.abs(np.mean(z * phase, axis=1)))  # fmt: skip
+    if heads is not None and len(heads) == 1 and unmasked and profile.kind == "exp" and _shared(heads[0]):
+        axis = _qk_axis(field)
+        weight = np.asarray(heads[0].query, dtype=np.float64)
+        for b in [b for b in range(count) if np.all(np.isfinite(xs[:, b]))]:
+            deficit = 1.0 - np.min(np.abs(xs[:, b] @ axis), axis=1)
+            fitted = _fitted_rate(ts, deficit, last=RATE_POINTS)
+            if fitted is not None:
+                slowest, fastest = theory.axis_rates(np.sign(xs[-1, b] @ axis), weight, beta=beta, c=c)
+                blank[b]["axis_rate_ratio"] = fitted / (2.0 * slowest)
+                blank[b]["axis_rate_ceiling"] = fastest / slowest
     causal_sa = heads is not None and field.causal is not False and field.normalization == "sa"
     held = paper_head and field.sources > 0 and field.causal is False and field.normalization == "usa"
     if causal_sa and field.causal is True or held and heads[0].gauge.is_identity:

@@ -1,0 +1,93 @@
+"""The mutation test of the reproduction (issue 25): every wrong simulator of :mod:`mutants` (the
+sign, beta x 0.5 and x 2, the clock x 0.5 and x 2, the gauge ignored, the labels shuffled, Q^T for Q,
+the values swapped, the factor ignored, the mask ignored, sa computed as usa, the expansion's
+tolerance loosened) fails at least one row of every experiment in which it can act, at the quick
+sizes; the cells where it cannot act, or acts without a trace in law, are the ones listed in
+:data:`mutants.CANNOT_ACT` and :data:`mutants.BLIND` (docs/mutants.md gives the reasons).
+
+The runs are shared (one module-scoped table); in each cell the mutant's jobs run one at a time
+and stop at the first failing row. scripts/mutants_table.py writes the same table at full size.
+"""
+
+import dataclasses
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import mutants
+from attnflow.numerics import program_cache
+from attnflow.workflows import build as build_module
+from attnflow.workflows import experiments as experiment_files
+from attnflow.workflows import reproduce
+
+
+@pytest.fixture(scope="module")
+def cells():
+    return mutants.table(experiment_files.load_experiments(), quick=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(mutants.MUTANTS))
+def test_each_mutant_fails_a_row_of_every_experiment_where_it_can_act(cells, name):
+    passing = [eid for (m, eid), (status, _) in cells.items() if m == name and status == "PASS"]
+    unexplained = [eid for eid in passing if (name, eid) not in mutants.BLIND]
+    assert not unexplained, f"{name}: every row of {unexplained} passes"
+
+
+@pytest.mark.slow
+def test_the_cells_without_a_failure_are_the_listed_ones(cells):
+    """Where a mutant cannot act (its field is the real one at every run's initial state), and where
+    it acts without a trace in law: exactly the listed cells, so that the lists stay true."""
+    cannot = {key for key, (status, _) in cells.items() if status == "cannot act"}
+    assert cannot == set(mutants.CANNOT_ACT)
+    blind = {key for key, (status, _) in cells.items() if status == "PASS"}
+    assert blind == set(mutants.BLIND)
+
+
+def _paper_job(eid: str, variant: str = ""):
+    jobs = reproduce.plan(experiment_files.load_experiments([eid]), quick=True)
+    return next(j for j in jobs if j.variant.name == variant)
+
+
+def test_a_mutant_is_its_own_program_and_moves_otherwise():
+    """Each mutant of the paper's field (as reproduce solves it: tabulated) has its own compiled
+    program (its class is in the key) and a field that differs where it can act."""
+    job = _paper_job("E1", "a")
+    config = job.simulation_config()
+    sim = reproduce._tabulated_kernel(build_module.build(config), config)
+    x = jnp.asarray(build_module.make_initial(config, sim.kernel.gauge, sim.x0.dtype))
+    real_key = program_cache.split_field(sim.field)[0]
+    for name in ("sign flipped", "beta x 0.5", "time x 2", "gauge ignored", "labels shuffled", "Q^T for Q",
+                 "values swapped"):  # fmt: skip
+        wrong = mutants.mutant(sim.field, name)
+        assert type(wrong).__name__ == f"Mutant[{name}]"
+        assert program_cache.split_field(wrong)[0] != real_key
+        assert mutants.acts(sim.field, name, x), name
+    # no factor, no mask, usa, exact: these cannot act on E1 (the field is the real one)
+    for name in ("factor ignored", "causal ignored", "sa as usa", "expansion loosened"):
+        assert not mutants.acts(sim.field, name, x), name
+        assert float(jnp.max(jnp.abs(mutants.mutant(sim.field, name)(x) - sim.field(x)))) == 0.0
+
+
+def test_the_mutant_field_is_the_wrong_model():
+    """beta x 2 is the field of the kernel with beta doubled; time x 0.5 is half the field."""
+    job = _paper_job("E0")
+    config = job.simulation_config()
+    sim = build_module.build(config)
+    x = jnp.asarray(build_module.make_initial(config, sim.kernel.gauge, sim.x0.dtype))
+    profile = dataclasses.replace(sim.kernel.profile, beta=2 * sim.kernel.profile.beta)
+    doubled = dataclasses.replace(sim.kernel, profile=profile)
+    expected = dataclasses.replace(sim.field, kernel=doubled)(x)
+    np.testing.assert_allclose(mutants.mutant(sim.field, "beta x 2")(x), expected, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(mutants.mutant(sim.field, "time x 0.5")(x), 0.5 * sim.field(x), rtol=0, atol=0)
+
+
+def test_installed_replaces_every_solve_and_restores_it():
+    import attnflow.numerics.solve as solve_module
+
+    original = solve_module.solve
+    with mutants.installed("sign flipped") as record:
+        assert reproduce.solve is not original and solve_module.solve is not original
+        assert record == {}
+    assert reproduce.solve is original and solve_module.solve is original
