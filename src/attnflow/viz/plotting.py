@@ -738,7 +738,8 @@ def _save_png(fig: Figure, path: Path) -> None:
         fig.savefig(path, dpi=DPI, format="png")
         return
     image = Image.frombuffer("RGBA", (width, height), data, "raw", "RGBA", 0, 1).convert("RGB")
-    image.quantize(colors=256, method=Image.Quantize.FASTOCTREE).save(path, format="PNG")
+    palette = image.quantize(colors=256, method=Image.Quantize.FASTOCTREE)
+    palette.save(path, format="PNG", compress_level=3)  # half the time of the default 6, 1.2x the bytes
 
 
 def curve_colours(count: int) -> list[Any]:

@@ -7,13 +7,12 @@
   at each report time), per-job timings, aggregates over seeds (min / median / max), and every
   expectation row with its measured value and PASS / FAIL / SKIP;
 - ``figures/``: ``E0.png``, ``E1.png``, ... (per experiment: each variant's first seed at the
-  largest n, content and gauge frame at τ = 0 and at the experiment's own horizon, coloured by
-  the label with a named colour bar), ``final_states.png`` (the content at the end of each run:
-  collapse, latitude circle, wavy curve, clusters, great circle at a glance),
+  largest n: the content at τ = 0 and at the experiment's own horizon, the gauge frame at that
+  horizon, coloured by the label with a named colour key), ``final_states.png`` (the content at
+  the end of each run: collapse, latitude circle, wavy curve, clusters, great circle at a glance),
   ``mean_cosine.png`` and ``energy.png`` (one panel per experiment, each to its own horizon,
-  distinct colours; the energy as the relative gap ``(E_max − E)/E_max`` on a log axis where the
-  closed-form maximum ``E_max`` is known), ``comparison.png`` (the ``E*.png`` stacked in one
-  file, not drawn again; linked from the report, not embedded),
+  distinct colours, at most five ticks per axis; the energy as the relative gap
+  ``(E_max − E)/E_max`` on a log axis where the closed-form maximum ``E_max`` is known),
   ``metastability.png`` (E6: clusters in the gauge frame over time, energy against the rescaled
   time ``t e^β``), ``realisation_orbit.png`` / ``realisation_sphere.png`` (E7 / E8);
 - ``report.md`` (figures linked) and ``report.html`` (the same content, self-contained: figures
@@ -205,25 +204,6 @@ def _final_states(path: Path, jobs: list[JobResult], outcome: Outcome) -> Path |
     return plotting.write_comparison_figure(path, panels, ncols=min(len(panels), 7)) if panels else None
 
 
-def _stacked(path: Path, parts: list[Path]) -> Path:
-    """The PNGs ``parts`` one under the other on white, left-aligned, saved as the PNG ``path``
-    (the vector copies of each part, when asked for, are beside the parts)."""
-    from PIL import Image
-
-    images = []
-    for part in parts:
-        with Image.open(part) as image:
-            images.append(image.convert("RGB"))
-    stack = Image.new("RGB", (max(i.width for i in images), sum(i.height for i in images)), "white")
-    top = 0
-    for image in images:
-        stack.paste(image, (0, top))
-        top += image.height
-    path.parent.mkdir(parents=True, exist_ok=True)
-    stack.save(path, format="PNG", optimize=False)
-    return path
-
-
 def _energy_max(job: JobResult) -> float | None:
     e_max = job.values[0].get(time_label(None), {}).get("energy_max") if job.values else None
     return float(e_max) if isinstance(e_max, int | float) and e_max > 0 else None
@@ -317,9 +297,7 @@ def write_figures(out_dir: Path, outcome: Outcome) -> dict[str, list[Path]]:
     for experiment in outcome.experiments:
         mine = [j for j in jobs if j.experiment == experiment.id]
         figures[experiment.id] = [_experiment_states(folder / f"{experiment.id}.png", outcome, mine)]
-    # every experiment's panels in one file: their figures stacked, not drawn a second time
-    parts = [paths[0] for e in outcome.experiments if (paths := figures[e.id]) and paths[0] is not None]
-    figures["files"] = [_stacked(folder / "comparison.png", parts) if parts else None]
+    figures["files"] = []  # written, linked, not embedded: none today (each E*.png is embedded)
     meta = _metastability(folder / "metastability.png", outcome)
     if meta is not None:
         experiment_id = next(j.experiment for j in outcome.jobs if "gauge_n_clusters" in j.figure.seed_series)
