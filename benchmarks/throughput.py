@@ -94,12 +94,11 @@ stamps = {}
 import attnflow.cli as cli  # the command line's imports
 stamps["cli_imported"] = time.time()
 import attnflow.workflows.run as run_module
+import attnflow.numerics.solve as solve_module
 from attnflow.numerics import program_cache
 
 stamps["imported"] = time.time()
-simulate, build, open_writer, compiled = (
-    run_module.run, run_module.build, run_module._open_writer, program_cache.compiled
-)
+simulate, build, open_writer = run_module.run, run_module.build, run_module._open_writer
 
 
 def stamped(name, function, after=None):
@@ -131,7 +130,10 @@ def timed(config, out, *, progress=None, **options):
 run_module.run = timed
 run_module.build = stamped("built", build)
 run_module._open_writer = stamped("store_opened", open_writer)
-program_cache.compiled = stamped("program_ready", compiled, after="x0_measured")  # the solver's
+if hasattr(program_cache, "compiled"):  # a tree with its own program cache: the solver's compile
+    program_cache.compiled = stamped("program_ready", program_cache.compiled, after="x0_measured")
+else:  # jax.jit's cache: the solver program's first call (trace, compile or load, dispatch)
+    solve_module._program = stamped("program_ready", solve_module._program, after="x0_measured")
 try:
     cli.app(["run", sys.argv[1], "--out", sys.argv[2]], standalone_mode=False)
 finally:
@@ -223,15 +225,32 @@ def cli_comparison(args) -> dict:
 def startup(args) -> dict:
     """Cold (empty cache) and warm (the cache a cold process left) ``attnflow run``, alternated:
     wall time to the end of the imports and to the first snapshot after t = 0, the process's CPU
-    time to that snapshot and in all, and the wall time of each stage (``STAGES``)."""
+    time to that snapshot and in all, and the wall time of each stage (``STAGES``). With
+    ``--old-tree``, that tree's cold and warm pair alternates with this one's."""
+    if args.old_tree is None:
+        return _startup_summary([_startup_once(HERE) for _ in range(args.repeats)])
+    trees = {"old": args.old_tree, "new": HERE}
+    runs: dict[str, list[dict]] = {name: [] for name in trees}
+    for _ in range(args.repeats):
+        for name, tree in trees.items():  # alternated: old, new, old, new, ...
+            runs[name].append(_startup_once(tree))
+    return {
+        "trees": {name: str(tree) for name, tree in trees.items()},
+        "load": [round(v, 2) for v in os.getloadavg()],
+        **{name: _startup_summary(repeats) for name, repeats in runs.items()},
+    }
+
+
+def _startup_once(tree: Path) -> dict:
     rows: dict[str, list[dict]] = {"cold": [], "warm": [], "import": []}
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "startup.toml"
         config.write_text(STARTUP_CONFIG)
-        for repeat in range(args.repeats):
+        for repeat in range(1):  # one cold/warm pair per call (alternated by the caller)
             cache = Path(tmp) / f"cache-{repeat}"
+            cache.mkdir(mode=0o700)
             for name in ("cold", "warm"):
-                env = {**os.environ, "PYTHONPATH": str(HERE / "src"), "ATTNFLOW_CACHE_DIR": str(cache)}
+                env = {**os.environ, "PYTHONPATH": str(tree / "src"), "ATTNFLOW_CACHE_DIR": str(cache)}
                 out = Path(tmp) / f"run-{repeat}-{name}"
                 before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.time()
                 done = subprocess.run([sys.executable, "-c", STARTUP, str(config), str(out)], env=env,
@@ -254,10 +273,15 @@ def startup(args) -> dict:
                     "load": round(os.getloadavg()[0], 2),
                 })  # fmt: skip
                 print(name, rows[name][-1], file=sys.stderr)
-            env = {**os.environ, "PYTHONPATH": str(HERE / "src")}
+            env = {**os.environ, "PYTHONPATH": str(tree / "src")}
             start = time.time()
             subprocess.run([sys.executable, "-c", "import attnflow.cli"], env=env, check=True)
             rows["import"].append({"python_and_import_cli_s": round(time.time() - start, 3)})
+    return rows
+
+
+def _startup_summary(repeats: list[dict]) -> dict:
+    rows = {kind: [r for one in repeats for r in one[kind]] for kind in ("cold", "warm", "import")}
     best = {name: min(r["first_snapshot_s"] for r in rows[name]) for name in ("cold", "warm")}
     pairs = list(zip(rows["cold"], rows["warm"], strict=True))
     return {

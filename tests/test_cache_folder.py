@@ -28,12 +28,47 @@ def test_a_new_folder_is_made_private(tmp_path):
     assert folder.is_dir() and mode(folder) == 0o700
 
 
-def test_an_own_open_folder_is_closed(tmp_path):
+def test_an_own_open_folder_is_refused_and_left_as_it_is(tmp_path):
+    """attnflow makes its folder 0o700 whatever the umask: an open one is somebody's choice, so it
+    is refused with the fix, never chmod-ed."""
     folder = private_base(tmp_path) / "cache"
     folder.mkdir()
     folder.chmod(0o775)
-    check_private_folder(folder)
-    assert mode(folder) == 0o700
+    with pytest.raises(CacheFolderError, match=r"must be private \(mode 700\); got mode 775: `chmod 700 "):
+        check_private_folder(folder)
+    assert mode(folder) == 0o775
+
+
+def test_a_group_writable_entry_inside_is_refused(tmp_path):
+    folder = check_private_folder(private_base(tmp_path) / "cache")
+    (folder / "jit_program-cache").write_bytes(b"x")
+    check_private_folder(folder)  # our own private entries are fine
+    (folder / "jit_program-cache").chmod(0o664)
+    message = r"every entry of .* got `.*jit_program-cache` \(uid \d+, mode 664\)"
+    with pytest.raises(CacheFolderError, match=message):
+        check_private_folder(folder)
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="planting a file of another user needs root")
+def test_a_planted_entry_of_another_owner_is_refused_and_jax_never_reads_it(tmp_path, monkeypatch):
+    """A file another user put in the cache folder (it could be a compiled program JAX would load
+    and run) makes the cache refused: the CLI answers one line with exit 2 before any compile."""
+    from typer.testing import CliRunner
+
+    from attnflow.cli.app import app
+
+    folder = check_private_folder(private_base(tmp_path) / "cache")
+    planted = folder / "jit__program-0123456789abcdef-cache"
+    planted.write_bytes(b"not a program")
+    os.chown(planted, 65534, 65534)
+    with pytest.raises(CacheFolderError, match=r"got `.*jit__program-0123456789abcdef-cache` \(uid 65534"):
+        check_private_folder(folder)
+    monkeypatch.setenv("ATTNFLOW_CACHE_DIR", str(folder))
+    config = tmp_path / "c.toml"
+    config.write_text("[model]\nn = 8\n[solver]\nt_end = 0.1\nsave_every = 0.1\n")
+    result = CliRunner().invoke(app, ["run", str(config), "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2 and "uid 65534" in result.output
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_folder_above_that_others_can_write_is_refused(tmp_path):

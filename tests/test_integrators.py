@@ -199,7 +199,7 @@ def test_step_policies_validate_and_replace_the_keywords():
     x0 = uniform(16, 3, seed=7)
     with pytest.raises(ValueError, match=r"^ConstantSteps: `dt` must be positive; got 0\.0\.$"):
         ConstantSteps(0.0)
-    with pytest.raises(ValueError, match=r"^AdaptiveSteps: `max_steps` must be a positive integer; got 0\.$"):
+    with pytest.raises(ValueError, match=r"^AdaptiveSteps: `max_steps` must be an integer in \[1, 2\^31\)"):
         AdaptiveSteps(max_steps=0)
     with pytest.raises(ValueError, match=r"must have an embedded error estimate .*; got RK4\."):
         solve(field, x0, integrator=integrators.RK4(), stepsize=AdaptiveSteps(), t_end=0.2, save_every=0.1)
@@ -306,6 +306,26 @@ def test_max_steps_status():
     assert traj.xs.shape == (1, 16, 3)
 
 
+def test_max_steps_bounds_the_whole_run():
+    """``max_steps`` counts every trial step of the run (not per snapshot): a run that needs more
+    stops with status ``max_steps`` after exactly that many, keeping the snapshots it reached; a
+    fixed-step run whose known step count is over the bound is refused before it starts."""
+    opts = dict(dt=0.1, t_end=2.0, save_every=0.25)
+    field, x0 = _field_rope_db(), uniform(16, 3, seed=4)
+    free = solve(field, x0, integrator=integrators.Adaptive(rtol=1e-10, atol=1e-12), **opts)
+    steps = int(free.accepted + free.rejected)
+    assert free.status == "ok" and steps > 20
+    bound = steps // 2
+    tight = integrators.Adaptive(rtol=1e-10, atol=1e-12)
+    capped = solve(field, x0, integrator=tight, max_steps=bound, **opts)
+    assert capped.status == "max_steps" and int(capped.accepted + capped.rejected) == bound
+    kept = capped.xs.shape[0]
+    assert 1 < kept < free.xs.shape[0]
+    np.testing.assert_array_equal(capped.xs, free.xs[:kept])  # the bound changes nothing before it
+    with pytest.raises(ValueError, match=r"^solve: `max_steps` = 39 is fewer than the 40 fixed steps"):
+        solve(field, x0, integrator=integrators.RK4(), max_steps=39, **(opts | {"dt": 0.05}))
+
+
 def test_statuses_are_per_run_with_remedy_messages():
     """A batch whose run 1 goes non-finite: run 1 stops (NaN after its last finite snapshot), the
     others reach t_end, bitwise as when run alone."""
@@ -331,6 +351,7 @@ def test_statuses_are_per_run_with_remedy_messages():
     np.testing.assert_array_equal(traj.xs[:, 0], solve(field, x0[0], **opts).xs)
     assert "reduce `dt` or `beta`, or use float64" in Status.nonfinite.message
     assert "max_steps_per_snapshot" in Status.max_steps.message
+    assert "solver.max_steps" in Status.max_steps.message
     assert f"{Status.max_steps}" == "max_steps" and Status("ok") is Status.ok
 
 

@@ -68,7 +68,7 @@ def test_exact_initial_rotates_the_gauge_frame_onto_the_reference():
     # the gauge frame of the new content is the old one rotated by R (round-off of two products)
     np.testing.assert_allclose(gauge.apply(x0), gauge.apply(construction.x0) @ r.T, atol=1e-14)
     frame = realisation.frame_kernel(construction.kernel)
-    np.testing.assert_array_equal(frame.gauge.apply(x0), x0)  # identity gauges of the same type
+    np.testing.assert_array_equal(frame.gauge.apply(x0), x0)  # the identity gauge
     orbit = realisation.orbit_construction(LAW, n=8, seed=0)
     np.testing.assert_array_equal(realisation.frame_kernel(orbit.kernel).gauge.apply(orbit.x0), orbit.x0)
 

@@ -1,5 +1,5 @@
-"""Start-up of `attnflow run`: what its path imports, that building a run compiles nothing, and
-that it compiles two programs before its first snapshot.
+"""Start-up of `attnflow run`: what its path imports, that building a run compiles only its noise
+key, and that it compiles three programs before its first snapshot.
 
 A warm process (the persistent compilation cache filled) still traces and lowers every eager JAX
 operation to look its program up, so the build's constants are made on the host
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from attnflow.core import gauges, sphere
-from attnflow.core.host import folded_key, to_device
+from attnflow.core.host import to_device
 from attnflow.core.kernel import make_profile
 from attnflow.io.config import config_from_dict
 from attnflow.numerics import program_cache
@@ -34,15 +34,6 @@ def test_the_run_path_imports_no_xarray_pandas_matplotlib_or_scipy():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
-
-
-@pytest.mark.parametrize("seed", [0, 1, 12345, 2**32, 2**40 + 3, 2**63 - 1, -1])
-@pytest.mark.parametrize("data", [0, 1, 2**32 - 1])
-def test_folded_key_is_jax_fold_in_bit_for_bit(seed, data):
-    ours, theirs = folded_key(seed, data), jax.random.fold_in(jax.random.key(seed), data)
-    assert jax.typeof(ours) == jax.typeof(theirs)
-    np.testing.assert_array_equal(jax.random.key_data(ours), jax.random.key_data(theirs))
-    np.testing.assert_array_equal(jax.random.normal(ours, (3,)), jax.random.normal(theirs, (3,)))
 
 
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
@@ -83,12 +74,12 @@ def _compiled_names(records) -> list[str]:
         {"model": {"n": 4, "d": 6}, "init": {"kind": "equiangular", "rho0": 0.3}},
     ],
 )
-def test_building_a_run_compiles_nothing(sections, caplog):
+def test_building_a_run_compiles_only_its_noise_key(sections, caplog):
     config = config_from_dict(sections)
-    jax.clear_caches()  # every eager operation would compile again: none may run
+    jax.clear_caches()  # every eager operation would compile again: none may run but the key's
     with caplog.at_level(logging.WARNING), jax.log_compiles():
         sim = build(config, streamed=True)
-    assert _compiled_names(caplog.records) == []
+    assert _compiled_names(caplog.records) == ["noise_key"]
     assert sim.x0.shape == (config.model.n, config.model.d)
 
 
@@ -102,8 +93,8 @@ def no_stored_programs():
 
 @pytest.mark.usefixtures("no_stored_programs")
 @pytest.mark.parametrize("method", ["adaptive", "rk4"])
-def test_a_run_compiles_two_programs_before_its_first_snapshot(method, tmp_path, caplog):
-    # the metrics of a snapshot (one program) and the solver's time loop (one program): every other
+def test_a_run_compiles_three_programs_before_its_first_snapshot(method, tmp_path, caplog):
+    # the noise key, the metrics of a snapshot and the solver's time loop (one program each): every other
     # eager operation on the way would be one more program to trace, lower and load in a warm process
     solver = {"method": method, "t_end": 0.5, "save_every": 0.1} | ({"dt": 0.05} if method == "rk4" else {})
     config = config_from_dict(
@@ -119,7 +110,7 @@ def test_a_run_compiles_two_programs_before_its_first_snapshot(method, tmp_path,
     program_cache.clear()
     with caplog.at_level(logging.WARNING), jax.log_compiles():
         run(config, tmp_path / "run", progress=progress)
-    assert before_first == ["evaluate", "program"]
+    assert before_first == ["noise_key", "_exact_snapshot", "_program"]
 
 
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])

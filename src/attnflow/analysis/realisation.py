@@ -55,7 +55,7 @@ from attnflow.analysis import metrics
 from attnflow.analysis.laws import as_angle_law
 from attnflow.core import sphere
 from attnflow.core.factors import NoFactor
-from attnflow.core.gauges import DenseGauge, RoPE, check_orthogonal
+from attnflow.core.gauges import DenseGauge, IdentityGauge, RoPE, check_orthogonal
 from attnflow.core.kernel import Kernel, make_profile
 from attnflow.numerics.solve import Trajectory
 
@@ -289,16 +289,8 @@ def rotation_to(u_star, reference) -> np.ndarray:
 
 
 def frame_kernel(kernel: Kernel) -> Kernel:
-    """The kernel with identity gauges of the same type (``x = u``): the gauge-frame dynamics, with
-    the gauged kernel's compiled program (the gauge's numbers are its arguments)."""
-    gauge = kernel.gauge
-    if isinstance(gauge, RoPE):
-        identity = RoPE(angles=jnp.zeros_like(gauge.angles), d=gauge.d)
-    elif isinstance(gauge, DenseGauge):
-        identity = DenseGauge(q=jnp.broadcast_to(jnp.eye(gauge.d, dtype=gauge.q.dtype), gauge.q.shape))
-    else:
-        identity = gauge
-    return dataclasses.replace(kernel, gauge=identity)
+    """The kernel with the identity gauge (``x = u``): the gauge-frame dynamics."""
+    return dataclasses.replace(kernel, gauge=IdentityGauge(kernel.gauge.n, kernel.gauge.d))
 
 
 def exact_initial(construction: Construction, u_star) -> jax.Array:

@@ -33,6 +33,8 @@ of ``PAIRWISE_LIMIT`` tokens (``methods`` says so) and the ``n_eff`` series is n
 
 from __future__ import annotations
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -41,8 +43,7 @@ from attnflow.analysis import metrics
 from attnflow.analysis.shapes import classify_shape
 from attnflow.analysis.theory import energy_max
 from attnflow.core.gauges import Gauge
-from attnflow.core.kernel import Kernel
-from attnflow.numerics import program_cache
+from attnflow.core.kernel import Kernel, Profile
 from attnflow.numerics.expansion import expansion_energy
 from attnflow.numerics.summation import energy
 
@@ -92,35 +93,38 @@ def subsample(n: int, size: int) -> np.ndarray:
     return np.arange(0, n, -(-n // size))
 
 
+@partial(jax.jit, static_argnames=("block_size",))
+def _exact_snapshot(kernel: Kernel, x, *, block_size):
+    frame = kernel.gauge.apply(x)
+    return energy(kernel, x, block_size=block_size), metrics.mean_cosine(x), metrics.mean_cosine(frame)
+
+
+@partial(jax.jit, static_argnames=("kind", "beta", "c", "tolerance"))
+def _expansion_snapshot(kernel: Kernel, x, *, kind, beta, c, tolerance):
+    profile = Profile(kind, jnp.asarray(beta, x.dtype), jnp.asarray(c, x.dtype))
+    e = expansion_energy(Kernel(kernel.gauge, kernel.factor, profile), x, tolerance=tolerance)
+    return e, metrics.mean_cosine(x), metrics.mean_cosine(kernel.gauge.apply(x))
+
+
 def _snapshot_function(kernel: Kernel, method: str, *, block_size: int | None, tolerance: float):
-    """``x -> (E(x), mean cosine of x, mean cosine of its gauge frame)``: one compiled program from
-    the program cache (:mod:`attnflow.numerics.program_cache`: compiled once per structure, or
-    loaded from the on-disk store). The kernel is an argument; the expansion's degree follows from
-    β, so its program holds the profile's numbers and they join its key."""
+    """``x -> (E(x), mean cosine of x, mean cosine of its gauge frame)``: one compiled program per
+    structure (``jax.jit``; the kernel is an argument). The expansion's degree follows from β, so
+    its program holds the profile's numbers (static arguments)."""
     if method not in ("exact", "expansion"):
         raise ValueError(f"summarize: `energy` must be 'exact' or 'expansion'; got {method!r}.")
     if method == "expansion":
         profile = kernel.profile
-        numbers = tuple((jax.typeof(v), float(v)) for v in (profile.beta, profile.c))
-        key = ("snapshot", method, tolerance, profile.kind, numbers)
+        numbers = dict(kind=profile.kind, beta=float(profile.beta), c=float(profile.c), tolerance=tolerance)
 
-        def energy_of(k: Kernel, x):
-            return expansion_energy(Kernel(k.gauge, k.factor, profile), x, tolerance=tolerance)
+        def evaluate(x):
+            return _expansion_snapshot(kernel, x, **numbers)
     else:
-        key = ("snapshot", method, block_size)
 
-        def energy_of(k: Kernel, x):
-            return energy(k, x, block_size=block_size)
-
-    def build():
-        def evaluate(k: Kernel, x):
-            return energy_of(k, x), metrics.mean_cosine(x), metrics.mean_cosine(k.gauge.apply(x))
-
-        return evaluate
+        def evaluate(x):
+            return _exact_snapshot(kernel, x, block_size=block_size)
 
     def measure(x) -> tuple[float, float, float]:
-        executable, _ = program_cache.compiled(key, build, (kernel, x))
-        return tuple(float(v) for v in executable(kernel, x))
+        return tuple(float(v) for v in evaluate(x))
 
     return measure
 

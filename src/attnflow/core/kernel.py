@@ -54,9 +54,14 @@ class Profile:
 def make_profile(kind: str = "exp", *, beta: float = 1.0, time_scale: str = "plain", dtype=jnp.float64):
     """Profile from the config vocabulary: ``time_scale`` "plain" (c = 1) or "rescaled" (c = e^{−β}).
     Its numbers are made on the host (:func:`attnflow.core.host.to_device`); ``e^{−β}`` is
-    JAX's (a "rescaled" run's constant is the one it always was)."""
+    JAX's (a "rescaled" run's constant is the one it always was). A traced ``beta`` (under
+    ``jax.grad``, ``jit`` or ``vmap``) stays traced: the profile is then made with JAX operations."""
     if time_scale not in TIME_SCALES:
         raise ValueError(f"profile: `time_scale` must be one of {TIME_SCALES}; got {time_scale!r}.")
+    if isinstance(beta, jax.core.Tracer):
+        beta = jnp.asarray(beta, dtype)
+        c = jnp.ones((), dtype) if time_scale == "plain" else jnp.exp(-beta)
+        return Profile(kind=kind, beta=beta, c=c)
     c = 1.0 if time_scale == "plain" else float(jnp.exp(-beta))
     return Profile(kind=kind, beta=to_device(beta, dtype), c=to_device(c, dtype))
 

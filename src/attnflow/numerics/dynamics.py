@@ -162,4 +162,4 @@ def make_vector_field(
 def noise_increment(key: jax.Array, x: jax.Array, *, noise: float, dt: float) -> jax.Array:
     """``sqrt(2 · noise · dt) · P_x(ζ)`` with ``ζ`` standard Gaussian (``noise = 1/κ``)."""
     dw = jax.random.normal(key, x.shape, dtype=x.dtype)
-    return jnp.sqrt(2.0 * noise * dt) * project(x, dw)
+    return jnp.sqrt(2.0 * noise * dt).astype(x.dtype) * project(x, dw)  # dt may be a float64 tracer

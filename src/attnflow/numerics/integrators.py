@@ -105,7 +105,11 @@ DOPRI5_DENSE = (
 
 
 def _combine(weights, slopes, dt):
-    terms = [w * k for w, k in zip(weights, slopes, strict=False) if w != 0.0]
+    pairs = [(w, k) for w, k in zip(weights, slopes, strict=False) if w != 0.0]
+    if len(pairs) == 1:  # ``(dt·w)·k``: what XLA makes of ``dt·(w·k)`` when dt is a constant
+        (w, k), = pairs
+        return (dt * w) * k if w != 1.0 else dt * k
+    terms = [w * k for w, k in pairs]
     return dt * sum(terms[1:], terms[0]) if terms else 0.0
 
 
@@ -137,8 +141,9 @@ class _Method:
             return normalize(exp_map(x, project(x, sigma)))
         return normalize(x + sigma)
 
-    def default_steps(self, dt: float, *, max_steps: int) -> ConstantSteps | AdaptiveSteps:  # noqa: ARG002
-        """The step-size policy of this method when ``solve`` is given none: fixed steps of ``dt``."""
+    def default_steps(self, dt: float, *, max_steps: int, max_steps_total: int | None = None):  # noqa: ARG002
+        """The step-size policy of this method when ``solve`` is given none: fixed steps of ``dt``
+        (their number is known: ``solve`` checks it against ``max_steps_total`` before it starts)."""
         return ConstantSteps(dt)
 
 
@@ -172,8 +177,10 @@ class Adaptive(_Method):
     """Dormand–Prince 5(4), renormalised; by default with error control at (``rtol``, ``atol``)
     (``AdaptiveSteps``). Order 5."""
 
-    rtol: float = 1e-8
-    atol: float = 1e-10
+    # they only make the default policy (``default_steps``); the policy's own are the program's
+    # arguments, so they take no part in equality (runs at other tolerances share a program)
+    rtol: float = dataclasses.field(default=1e-8, compare=False)
+    atol: float = dataclasses.field(default=1e-10, compare=False)
     tableau = DOPRI5_TABLEAU
     order = 5
 
@@ -214,9 +221,11 @@ class Adaptive(_Method):
         weights = jnp.asarray(DOPRI5_DENSE, slopes.dtype) @ powers
         return normalize(x + dt * jnp.tensordot(weights, slopes, axes=1))
 
-    def default_steps(self, dt: float, *, max_steps: int) -> AdaptiveSteps:
+    def default_steps(self, dt: float, *, max_steps: int, max_steps_total: int | None = None):
         """Error control at this method's tolerances, from a first trial step ``dt``."""
-        return AdaptiveSteps(rtol=self.rtol, atol=self.atol, dt0=dt, max_steps=max_steps)
+        return AdaptiveSteps(
+            rtol=self.rtol, atol=self.atol, dt0=dt, max_steps=max_steps, max_steps_total=max_steps_total
+        )
 
 
 Integrator = Euler | RK4 | GeodesicRK4 | Adaptive

@@ -19,6 +19,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
+from attnflow.numerics import placement
 from attnflow.numerics.batch import available_cores
 
 LANES = 8  # fixed: the summation order, hence the rounding, must not depend on the machine
@@ -51,7 +52,7 @@ def use_cpu_cores(count: int | None = None) -> int:
 def lane_devices() -> list:
     """The devices the lanes run on: as many CPU devices as divide ``LANES`` (one on accelerators)."""
     devices = jax.devices()
-    if devices[0].platform != "cpu":
+    if placement.current().accelerator:
         return devices[:1]
     count = max(c for c in range(1, LANES + 1) if LANES % c == 0 and c <= len(devices))
     return devices[:count]

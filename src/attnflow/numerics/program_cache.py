@@ -1,11 +1,13 @@
-"""Compile once: the compiled time loop of ``solve``, kept per structure of the problem.
+"""Compile once: what lets ``jax.jit`` keep one program per structure of a problem.
 
 A run's program depends on the structure of the problem only: the shapes and dtypes of the state,
 of the snapshot times and of the kernel's arrays, the kernel's kinds (gauge, factor, profile kind:
 the pytree structure), the field's options (normalisation, causality, value, block size), the
-method, the step-size policy (without its first trial step, which only sets the initial state),
-``save_every``, the noise and whether the run is a batch. The numbers of the kernel (beta, the
-frequencies, the factor's values) are arguments of the program, not constants baked into it.
+method, the kind of step-size policy, the noise and whether the run is a batch. The numbers (beta,
+the frequencies, the factor's values, ``dt``, ``save_every``, ``t_end``, the tolerances) are
+arguments of the program, not constants baked into it: ``solve``'s problem is a pytree whose leaves
+they are, and ``jax.jit``'s own cache does the rest. ``count_trace``/``info`` count the programs
+traced (tests assert that a second run compiles nothing), ``compile_clock`` times them.
 
 ``split_field(field)`` separates a field into its structure (hashable) and its arrays;
 ``structure.build(arrays)`` puts them back together inside the traced program. A field that is not
@@ -22,10 +24,9 @@ checked a file by name and opened it by name again.)
 
 from __future__ import annotations
 
-import collections
+import contextlib
 import dataclasses
-import time
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +34,7 @@ import jax
 
 from attnflow.numerics.private_folder import cache_folder, check_private_folder
 
-MAX_PROGRAMS = 32
-_PROGRAMS: collections.OrderedDict = collections.OrderedDict()
-_COUNTS = {"hits": 0, "misses": 0}
+_COUNTS = {"misses": 0}
 _SCALARS = (bool, int, float, complex, str, type(None))
 
 
@@ -99,40 +98,56 @@ def split_field(field) -> tuple[FieldStructure | OpaqueField, tuple]:
     return structure, tuple(arrays)
 
 
-def _avals(args) -> tuple:
-    return tuple(
-        (treedef, tuple(jax.typeof(leaf) for leaf in leaves))
-        for leaves, treedef in [jax.tree_util.tree_flatten(args)]
-    )
-
-
-def compiled(key, build: Callable[[], Callable], args: tuple):
-    """``(executable, compile_time_s)``: the program ``build()`` compiled for ``args`` (its
-    abstract values join ``key``), or the one compiled before for the same key (time 0)."""
-    full_key = (key, _avals(args), jax.default_backend())
-    if full_key in _PROGRAMS:
-        _PROGRAMS.move_to_end(full_key)
-        _COUNTS["hits"] += 1
-        return _PROGRAMS[full_key], 0.0
-    start = time.perf_counter()
-    executable = jax.jit(build()).lower(*args).compile()
-    elapsed = time.perf_counter() - start
+def count_trace() -> None:
+    """Count one trace of a compiled program (call it inside the traced function: it runs once per
+    compilation in this process, never when ``jax.jit`` reuses a program)."""
     _COUNTS["misses"] += 1
-    _PROGRAMS[full_key] = executable
-    while len(_PROGRAMS) > MAX_PROGRAMS:
-        _PROGRAMS.popitem(last=False)
-    return executable, elapsed
 
 
 def info() -> dict[str, int]:
-    """``{"hits", "misses", "size"}`` of the program cache in this process."""
-    return {**_COUNTS, "size": len(_PROGRAMS)}
+    """``{"misses"}``: the programs traced (so compiled, or loaded from JAX's persistent cache) by
+    ``count_trace`` since the last ``clear``."""
+    return dict(_COUNTS)
 
 
 def clear() -> None:
-    """Forget every compiled program (the counts too)."""
-    _PROGRAMS.clear()
-    _COUNTS.update(hits=0, misses=0)
+    """Reset the count and forget every compiled program of this process (``jax.clear_caches``)."""
+    jax.clear_caches()
+    _COUNTS.update(misses=0)
+
+
+class _Clock:
+    seconds = 0.0
+
+
+_CLOCKS: list[_Clock] = []
+_COMPILE_EVENTS = (
+    "/jax/core/compile/jaxpr_trace_duration",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration",
+    "/jax/core/compile/backend_compile_duration",
+)
+
+
+def _on_duration(event: str, duration: float, **_) -> None:
+    if event in _COMPILE_EVENTS:
+        for clock in _CLOCKS:
+            clock.seconds += duration
+
+
+jax.monitoring.register_event_duration_secs_listener(_on_duration)
+
+
+@contextlib.contextmanager
+def compile_clock() -> Iterator[_Clock]:
+    """``with compile_clock() as clock: ...``: ``clock.seconds``, the time JAX spent tracing, lowering
+    and compiling programs inside the block (JAX's own duration events; 0 when every program
+    was found in ``jax.jit``'s cache)."""
+    clock = _Clock()
+    _CLOCKS.append(clock)
+    try:
+        yield clock
+    finally:
+        _CLOCKS.remove(clock)
 
 
 persistent_cache_folder = cache_folder  # the one default location (numerics.private_folder)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from attnflow.core.pytree import pytree_dataclass
+
 SNAPSHOT_GROUP_WORK = 2**26  # pair interactions per compiled call before snapshots are grouped
 SNAPSHOT_GROUP_MAX = 64
 
@@ -27,10 +29,12 @@ def snapshot_group(n_chunks: int, *, pairs_per_chunk: float, limit: int = SNAPSH
     return max(g for g in range(1, want + 1) if n_chunks % g == 0) if n_chunks > 0 else 1
 
 
+@pytree_dataclass(data_fields=["t_end", "save_every"], meta_fields=["snapshots_per_call"])
 @dataclasses.dataclass(frozen=True)
 class SaveAt:
     """Snapshots at ``0, save_every, ..., t_end`` (``t_end`` a whole multiple of ``save_every``);
-    ``snapshots_per_call``: chunks per compiled call (a divisor of their number; None: automatic)."""
+    ``snapshots_per_call``: chunks per compiled call (a divisor of their number; None: automatic).
+    A pytree whose leaves are ``t_end`` and ``save_every`` (arguments of ``solve``'s program)."""
 
     t_end: float
     save_every: float

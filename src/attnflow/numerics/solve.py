@@ -14,15 +14,17 @@ group of snapshot times (a ``lax.scan``), each chunk of steps by the policy, and
 snapshots with one status code per snapshot (``attnflow.numerics.status``). A run whose status is
 no longer ``ok`` is frozen (its carry kept; an adaptive loop does not start).
 
-The orchestration (``solve``): compile the core once per structure of the problem, ahead of time
-(``attnflow.numerics.program_cache``: the kernel's numbers and the snapshot times are arguments,
-so every call of a run, and every later run of the same shapes and options in the process, reuses
-the executable; ``Trajectory.compile_time_s``, 0 when reused), call
-it once per group of snapshots (Python runs once per call, never once per step), one call ahead of
-the one being read (the consumer's work, e.g. storage, overlaps the computation; the status codes travel
-with the snapshots: one host synchronisation per call), and stop when no run is ``ok``.
+The orchestration (``solve``): the problem is a pytree (the kernel's numbers, ``dt``,
+``save_every``, ``t_end`` and the tolerances are its leaves; the kinds, options and method are its
+structure), so ``jax.jit`` keeps one program per structure and every call of a run, and every later
+run of the same shapes and options in the process, reuses it (``Trajectory.compile_time_s``, 0 when
+reused). The orchestration calls it once per group of snapshots (Python runs once per call, never
+once per step), one call ahead of the one being read (the consumer's work, e.g. storage, overlaps
+the computation; the status codes travel with the snapshots: one host synchronisation per call),
+and stops when no run is ``ok``.
 
-Batches ``x0 (B, n, d)`` (seeds; run ``b`` draws its noise from ``split(key, B)[b]``):
+Batches ``x0 (B, n, d)`` (seeds; run ``b`` draws its noise from ``split(key, B)[b]``), where the
+placement (:mod:`attnflow.numerics.placement`) puts them:
 
 - on an accelerator, one ``vmap`` over the runs;
 - on a CPU, every run is the unbatched program (``lax.map`` over the runs), so each is bitwise a
@@ -53,15 +55,16 @@ import dataclasses
 import pickle
 from collections.abc import Callable
 from concurrent.futures.process import BrokenProcessPool
+from functools import partial
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnflow.numerics import batch, program_cache
+from attnflow.numerics import batch, placement, program_cache
 from attnflow.numerics.dynamics import VectorField
-from attnflow.numerics.integrators import Adaptive, Integrator
+from attnflow.numerics.integrators import Integrator
 from attnflow.numerics.saving import SaveAt, snapshot_count, snapshot_group
 from attnflow.numerics.status import Status
 from attnflow.numerics.steps import AdaptiveSteps, ConstantSteps, PIController, StepPolicy
@@ -194,50 +197,45 @@ def _start(problem: Problem, x0: jax.Array, keys: jax.Array) -> Carry:
     return x0, keys, state, np.zeros((), np.int32)
 
 
-def _program(problem: Problem, batched: bool):
+def _flatten_problem(problem: Problem):
+    """Children: the field's arrays (``program_cache.split_field``), the step policy (its ``dt`` or
+    tolerances) and the snapshot times (``t_end``, ``save_every``); static: the field's structure,
+    the method and the noise."""
+    structure, arrays = program_cache.split_field(problem.field)
+    return (arrays, problem.stepsize, problem.saveat), (structure, problem.method, problem.noise)
+
+
+def _unflatten_problem(static, children) -> Problem:
+    (structure, method, noise), (arrays, stepsize, saveat) = static, children
+    problem = object.__new__(Problem)  # no validation of traced numbers (as JAX's own dataclasses)
+    for name, value in zip(
+        ("field", "method", "stepsize", "saveat", "noise"),
+        (structure.build(arrays), method, stepsize, saveat, noise),
+        strict=True,
+    ):
+        object.__setattr__(problem, name, value)
+    return problem
+
+
+jax.tree_util.register_pytree_node(Problem, _flatten_problem, _unflatten_problem)
+
+
+@partial(jax.jit, static_argnums=(1, 2))
+def _program(problem: Problem, batched: bool, vmapped: bool, carry: Carry, t_targets: jax.Array):
     """The compiled call: ``advance`` for one run, or over a batch (``lax.map`` of the unbatched
-    program on a CPU, ``vmap`` on an accelerator)."""
+    program on a CPU, ``vmap`` on an accelerator). ``jax.jit`` keeps one program per structure of
+    the problem: the kernel's numbers, ``dt``, ``save_every``, ``t_end``, the tolerances and the
+    snapshot times are its arguments, so runs that differ only in them share it."""
+    program_cache.count_trace()
 
     def one(carry, t_targets):
         return advance(problem, carry, t_targets)
 
     if not batched:
-        return one
-    if jax.default_backend() != "cpu":
-        return jax.vmap(one, in_axes=(0, None))
-    return lambda carry, t_targets: jax.lax.map(lambda c: one(c, t_targets), carry)
-
-
-def _compiled(problem: Problem, batched: bool, carry: Carry, t_targets: jax.Array):
-    """``(program(carry, t_targets), compile_time_s)``: the compiled call from the program cache
-    (``attnflow.numerics.program_cache``), keyed by the problem's structure; the field's arrays
-    (the kernel's numbers) are its arguments, and so are an adaptive policy's tolerances and
-    snapshot times (runs at other ``rtol``/``atol``/``save_every`` share the program).
-    ``compile_time_s`` is 0 when it was compiled before."""
-    structure, arrays = program_cache.split_field(problem.field)
-    stepsize, method = problem.stepsize, problem.method
-    tolerances = ()
-    if isinstance(stepsize, AdaptiveSteps):  # the first trial step only sets the initial state
-        tolerances = np.asarray([stepsize.rtol, stepsize.atol], t_targets.dtype)
-        stepsize = dataclasses.replace(stepsize, dt0=1.0, rtol=1.0, atol=1.0)
-        if isinstance(method, Adaptive):  # its own tolerances only make the default policy
-            method = dataclasses.replace(method, rtol=1.0, atol=1.0)
-    # fixed steps take save_every / dt steps per snapshot; adaptive ones step to the times given
-    save_every = 1.0 if isinstance(stepsize, AdaptiveSteps) else problem.saveat.save_every
-    key = (structure, method, stepsize, save_every, problem.noise, batched)
-
-    def build():
-        def program(arrays, tolerances, carry, t_targets):
-            field = structure.build(arrays)
-            adaptive = isinstance(stepsize, AdaptiveSteps)
-            policy = stepsize.with_tolerances(tolerances[0], tolerances[1]) if adaptive else stepsize
-            traced = Problem(field, method, policy, SaveAt(save_every, save_every), problem.noise)
-            return _program(traced, batched)(carry, t_targets)
-
-        return program
-
-    executable, compile_time = program_cache.compiled(key, build, (arrays, tolerances, carry, t_targets))
-    return (lambda carry, t_targets: executable(arrays, tolerances, carry, t_targets)), compile_time
+        return one(carry, t_targets)
+    if vmapped:
+        return jax.vmap(one, in_axes=(0, None))(carry, t_targets)
+    return jax.lax.map(lambda c: one(c, t_targets), carry)
 
 
 def integrate(
@@ -284,9 +282,15 @@ def _run(problem: Problem, x0: jax.Array, keys: jax.Array, on_snapshots: Snapsho
         return np.asarray([saveat.time(call * group + j + 1) for j in range(group)], x0.dtype)
 
     carry = _start(problem, x0, keys)
-    program, compile_time = _compiled(problem, batched, carry, times(0))
+    vmapped = placement.current().vmap_batches
+
+    def program(carry, t_targets):
+        return _program(problem, batched, vmapped, carry, t_targets)
+
+    with program_cache.compile_clock() as clock:
+        out = program(carry, times(0))  # compiles (or finds) the program, then dispatches the call
+    compile_time = clock.seconds
     n_calls = saveat.chunks // group
-    out = program(carry, times(0))
     for call in range(n_calls):
         following = program(out[0], times(call + 1)) if call + 1 < n_calls else None  # one call ahead
         fetched = jax.device_get(out[1])
@@ -344,7 +348,7 @@ def _processes(problem: Problem, x0: jax.Array, workers: int | None) -> int:
     """Worker processes for a batch: 1 (this process) on accelerators or for a field that does not
     pickle (unless ``workers`` asks for more: then an error)."""
     count = batch.worker_count(x0.shape[0], workers)
-    if count == 1 or jax.default_backend() != "cpu":
+    if count == 1 or not placement.current().worker_processes:
         return 1
     try:
         pickle.dumps(problem)
@@ -399,6 +403,7 @@ def _problem(
     save_every,
     noise,
     max_steps_per_snapshot,
+    max_steps,
     snapshots_per_call,
     saveat,
     stepsize,
@@ -407,8 +412,15 @@ def _problem(
     if stepsize is None:
         if dt is None:
             raise ValueError("solve: `dt` must be given (or a `stepsize` policy); got None.")
-        stepsize = integrator.default_steps(dt, max_steps=max_steps_per_snapshot)
+        stepsize = integrator.default_steps(dt, max_steps=max_steps_per_snapshot, max_steps_total=max_steps)
     stepsize.check(integrator, field, noise=noise, save_every=saveat.save_every)
+    if max_steps is not None and isinstance(stepsize, ConstantSteps):
+        needed = saveat.chunks * stepsize.steps_per_save(saveat.save_every)
+        if needed > max_steps:
+            raise ValueError(
+                f"solve: `max_steps` = {max_steps} is fewer than the {needed} fixed steps of dt = "
+                f"{stepsize.dt!r} to t_end = {saveat.t_end!r}: raise it, or take longer steps."
+            )
     return Problem(field, integrator, stepsize, saveat, noise)
 
 
@@ -424,6 +436,7 @@ def solve_streaming(
     noise: float = 0.0,
     key: jax.Array | None = None,
     max_steps_per_snapshot: int = 1_000_000,
+    max_steps: int | None = None,
     snapshots_per_call: int | None = None,
     workers: int | None = None,
     saveat: SaveAt | None = None,
@@ -440,8 +453,8 @@ def solve_streaming(
     """
     problem = _problem(
         field, x0, integrator=integrator, dt=dt, t_end=t_end, save_every=save_every, noise=noise,
-        max_steps_per_snapshot=max_steps_per_snapshot, snapshots_per_call=snapshots_per_call,
-        saveat=saveat, stepsize=stepsize,
+        max_steps_per_snapshot=max_steps_per_snapshot, max_steps=max_steps,
+        snapshots_per_call=snapshots_per_call, saveat=saveat, stepsize=stepsize,
     )  # fmt: skip
     key = jax.random.key(0) if key is None else key
     batched = x0.ndim == 3
@@ -477,6 +490,7 @@ def solve(
     key: jax.Array | None = None,
     on_snapshot: SnapshotCallback | None = None,
     max_steps_per_snapshot: int = 1_000_000,
+    max_steps: int | None = None,
     snapshots_per_call: int | None = None,
     workers: int | None = None,
     saveat: SaveAt | None = None,
@@ -490,6 +504,8 @@ def solve(
     ``t_end``, ``save_every`` and ``snapshots_per_call`` (snapshots per compiled call; results do
     not depend on it). ``noise``: the diffusion ``sqrt(2 noise) P_x dW`` (fixed steps only).
     ``on_snapshot(k, t, x)``: called in order for each stored snapshot, the initial one included.
+    ``max_steps``: a bound on the steps of the whole run (adaptive: trial steps, the run then
+    stops with status ``max_steps``; fixed: their known number, checked before the run starts).
     ``workers``: processes for a CPU batch (None: one per available core, at most one per run;
     1: in this process); results do not depend on it (bitwise).
 
@@ -501,7 +517,8 @@ def solve(
     result = solve_streaming(
         field, x0, on_snapshots=collector, integrator=integrator, dt=dt, t_end=t_end,
         save_every=save_every, noise=noise, key=key, max_steps_per_snapshot=max_steps_per_snapshot,
-        snapshots_per_call=snapshots_per_call, workers=workers, saveat=saveat, stepsize=stepsize,
+        max_steps=max_steps, snapshots_per_call=snapshots_per_call, workers=workers, saveat=saveat,
+        stepsize=stepsize,
     )  # fmt: skip
     ts, xs = collector.arrays()
     return Trajectory(

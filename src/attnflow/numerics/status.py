@@ -42,7 +42,8 @@ _MESSAGES = {
         "its last finite snapshot."
     ),
     Status.max_steps: (
-        "the adaptive controller ran out of steps before the next snapshot: raise `max_steps_per_snapshot`, "
-        "loosen `rtol`/`atol`, or use a fixed-step method."
+        "the adaptive controller ran out of steps (`max_steps_per_snapshot` before a snapshot, or "
+        "`max_steps` in all: `solver.max_steps` in a config): raise the bound, loosen `rtol`/`atol`, or "
+        "use a fixed-step method."
     ),
 }

@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from attnflow.core.pytree import pytree_dataclass
 from attnflow.core.sphere import normalize
 from attnflow.numerics.dynamics import noise_increment
 from attnflow.numerics.status import Status
@@ -44,10 +45,12 @@ def is_stochastic(field) -> bool:
 def make_step(method, field, noise: float):
     """``step(x, key, h) -> (x, key)``: one step of ``method``, with the field's key (a stochastic
     field draws from a fresh key each step, shared by its stages) and the noise increment
-    ``sqrt(2·noise·h) P_x dW`` followed by renormalisation."""
+    ``sqrt(2·noise·h) P_x dW`` followed by renormalisation. ``h`` may be a traced float64 scalar
+    (a program argument): the stages take it in the state's dtype, as they would a Python float."""
     stochastic = is_stochastic(field)
 
-    def step(x, key, h):
+    def step(x, key, dt):
+        h = jnp.asarray(dt, x.dtype)
         if stochastic:
             key, sub_field, sub_noise = jax.random.split(key, 3)
             x = method.step(lambda y: field(y, sub_field), x, h)
@@ -56,7 +59,7 @@ def make_step(method, field, noise: float):
                 key, sub_noise = jax.random.split(key)
             x = method.step(field, x, h)
         if noise > 0:
-            x = normalize(x + noise_increment(sub_noise, x, noise=noise, dt=h))
+            x = normalize(x + noise_increment(sub_noise, x, noise=noise, dt=dt))
         return x, key
 
     return step
@@ -72,9 +75,12 @@ def _whole_multiple(name: str, total: float, step_name: str, step: float) -> int
     return int(round(ratio))
 
 
+@pytree_dataclass(data_fields=["dt"], meta_fields=[])
 @dataclasses.dataclass(frozen=True)
 class ConstantSteps:
-    """Fixed steps of ``dt`` (``save_every`` must be a whole multiple of it)."""
+    """Fixed steps of ``dt`` (``save_every`` must be a whole multiple of it). A pytree whose leaf is
+    ``dt``: inside ``solve``'s program ``dt`` and ``save_every`` are arguments, so runs at another
+    step or snapshot interval reuse the compiled program."""
 
     dt: float
 
@@ -97,15 +103,16 @@ class ConstantSteps:
 
     def advance(self, method, field, x, key, state, t_target, *, active, noise: float, save_every: float):  # noqa: ARG002
         """``save_every / dt`` steps (``t_target`` is implied by the count; computed even when not
-        ``active``: the caller discards them)."""
+        ``active``: the caller discards them). ``dt`` and ``save_every`` may be traced: the count is
+        then the rounded ratio, which ``check`` made sure is whole on the host."""
         step = make_step(method, field, noise)
-        count = self.steps_per_save(save_every)
+        if isinstance(self.dt, float) and isinstance(save_every, float):
+            count = self.steps_per_save(save_every)
+        else:
+            count = jnp.rint(jnp.asarray(save_every, jnp.float64) / self.dt).astype(jnp.int32)
 
-        def body(carry, _):
-            return step(*carry, self.dt), None
-
-        (x, key), _ = jax.lax.scan(body, (x, key), None, length=count)
-        stats = jnp.asarray([count, 0, count * len(method.tableau.b)], jnp.int32)
+        x, key = jax.lax.fori_loop(0, count, lambda _, carry: step(*carry, self.dt), (x, key))
+        stats = jnp.stack([count, 0, count * len(method.tableau.b)]).astype(jnp.int32)
         code = jnp.where(jnp.all(jnp.isfinite(x)), _OK, _NONFINITE).astype(jnp.int32)
         return x, key, state, stats, code
 
@@ -151,32 +158,33 @@ class PIController:
         return accept, h * factor, jnp.where(accept, jnp.maximum(e, 1e-4), error_prev)
 
 
+@pytree_dataclass(
+    data_fields=["rtol", "atol", "dt0"], meta_fields=["max_steps", "max_steps_total", "controller"]
+)
 @dataclasses.dataclass(frozen=True)
 class AdaptiveSteps:
     """Error-controlled steps of a method with an embedded pair and a dense output, from a first
-    trial step ``dt0``; ``controller`` sets each next step."""
+    trial step ``dt0``; ``controller`` sets each next step. At most ``max_steps`` trial steps per
+    snapshot and ``max_steps_total`` in all (None: no bound but the first). A pytree whose leaves
+    are the tolerances and ``dt0``: runs at other tolerances reuse the compiled program."""
 
     rtol: float = 1e-8
     atol: float = 1e-10
     dt0: float = 1e-2
     max_steps: int = 1_000_000  # trial steps per snapshot
     controller: PIController = PIController()
+    max_steps_total: int | None = None  # trial steps of the whole run
 
     def __post_init__(self) -> None:
         for name in ("rtol", "atol", "dt0"):
-            if isinstance(getattr(self, name), jax.core.Tracer):  # with_tolerances, inside a program
-                continue
             if not getattr(self, name) > 0:
                 raise ValueError(f"AdaptiveSteps: `{name}` must be positive; got {getattr(self, name)!r}.")
-        if isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int) or self.max_steps < 1:
-            raise ValueError(
-                f"AdaptiveSteps: `max_steps` must be a positive integer; got {self.max_steps!r}."
-            )
-
-    def with_tolerances(self, rtol, atol) -> AdaptiveSteps:
-        """The same policy at other tolerances: traced values inside a compiled program (the
-        tolerances are that program's arguments, ``attnflow.numerics.solve``)."""
-        return dataclasses.replace(self, rtol=rtol, atol=atol)
+        for name in ("max_steps", "max_steps_total"):
+            value = getattr(self, name)
+            if value is None and name == "max_steps_total":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**31:
+                raise ValueError(f"AdaptiveSteps: `{name}` must be an integer in [1, 2^31); got {value!r}.")
 
     def check(self, method, field, *, noise: float, save_every: float) -> None:  # noqa: ARG002
         if not hasattr(method, "fsal_step"):
@@ -207,7 +215,7 @@ class AdaptiveSteps:
         return dict(
             h=np.asarray(self.dt0, x.dtype), t=zero, x=x, k=np.zeros(x.shape, x.dtype), x_last=x, t_last=zero,
             h_last=np.asarray(self.dt0, x.dtype), slopes=slopes, error_prev=np.ones((), x.dtype),
-            started=np.zeros((), bool),
+            started=np.zeros((), bool), taken=np.zeros((), np.int32),
         )  # fmt: skip
 
     def advance(self, method, field, x, key, state, t_target, *, active, noise: float, save_every: float):  # noqa: ARG002
@@ -215,9 +223,12 @@ class AdaptiveSteps:
         none unless ``active``), then the snapshot from the dense output of the last step."""
         stages = len(method.tableau.b)
 
+        total = np.int32(2**31 - 1 if self.max_steps_total is None else self.max_steps_total)
+
         def cond(loop):
             s, counts, _ = loop
-            return active & (s["t"] < t_target) & (counts[0] + counts[1] < self.max_steps)
+            trials = counts[0] + counts[1]
+            return active & (s["t"] < t_target) & (trials < self.max_steps) & (s["taken"] + trials < total)
 
         def body(loop):
             s, counts, _ = loop
@@ -228,7 +239,7 @@ class AdaptiveSteps:
             accept, h_next, error_prev = self.controller.adapt(s["h"], err, s["error_prev"], method.order)
             moved = dict(
                 h=h_next, t=s["t"] + s["h"], x=x_new, k=slopes[-1], x_last=s["x"], t_last=s["t"],
-                h_last=s["h"], slopes=slopes, error_prev=error_prev, started=s["started"],
+                h_last=s["h"], slopes=slopes, error_prev=error_prev, started=s["started"], taken=s["taken"],
             )  # fmt: skip
             s = jax.tree.map(lambda new, old: jnp.where(accept, new, old), moved, s)
             s = {
@@ -243,6 +254,7 @@ class AdaptiveSteps:
         s, counts, broken = jax.lax.while_loop(
             cond, body, (state, jnp.zeros(3, jnp.int32), jnp.asarray(False))
         )
+        s = {**s, "taken": s["taken"] + counts[0] + counts[1]}
         theta = (t_target - s["t_last"]) / s["h_last"]
         snapshot = method.interpolate(s["x_last"], s["slopes"], s["h_last"], theta)
         reached = s["t"] >= t_target

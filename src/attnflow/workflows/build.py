@@ -22,7 +22,7 @@ import numpy as np
 
 from attnflow.core import factors, gauges, sphere
 from attnflow.core.heads import head_norms
-from attnflow.core.host import folded_key, to_device
+from attnflow.core.host import to_device
 from attnflow.core.kernel import Kernel, make_profile
 from attnflow.io.arrays import ArrayFileError, load_array
 from attnflow.io.config import Config, ConfigError
@@ -68,6 +68,13 @@ class Simulation:
     block_size: int | None
     interaction: str = "exact"  # the path that runs ("auto" resolved)
     rank: int | None = None  # features per token of the expansion; None for "exact"
+
+
+
+@jax.jit
+def noise_key(seed):
+    """The noise stream of a run, ``fold_in(key(seed), 1)``: one compiled program for every seed."""
+    return jax.random.fold_in(jax.random.key(seed), 1)
 
 
 def _fail(key: str, constraint: str, value) -> ConfigError:
@@ -386,7 +393,7 @@ def _simulation(config: Config, kernel: Kernel, field, xi: np.ndarray, block_siz
         t_end=solver.t_end,
         save_every=solver.save_every,
         noise=config.model.noise,
-        key=folded_key(config.init.seed, 1),  # the noise stream: fold_in(key(seed), 1)
+        key=noise_key(np.int64(config.init.seed)),
         block_size=block_size,
         interaction=field.interaction,
         rank=field.rank,
