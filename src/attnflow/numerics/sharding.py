@@ -18,8 +18,9 @@ The exact sum ``g_i = Σ_j a_ij y_j`` (``jax.shard_map`` over the token axis):
    ``O(n d + block_size²)`` next to its ``O(n²/P)`` work (one tile of ``L × n`` when the field's
    ``block_size`` is None);
 4. the read-out (the gauge's transpose), the projection and the held sources are applied to the
-   local rows, and the velocities are all-gathered, so the state stays replicated (``O(n d)``) and
-   every process can read it.
+   local rows, and the velocities are all-gathered. The state enters whole and leaves whole (each
+   device slices its rows), so it stays replicated (``O(n d)``): XLA never shards the solver's
+   state or snapshots, and every process can read them.
 
 What the local rows need: the rows of the gauge (sharded), the queries' causal mask by global
 token index (``p L + local index``), the factor's entries ``w_ij`` for the local ``i`` against
@@ -535,9 +536,17 @@ class ShardedField:
                 _spec_like(factor, factor_spec),
                 _spec_like(kernel.profile, whole),
             )
+        local = rows // placement.shards
+
+        def rows_of(x, *operands):  # the state comes whole and leaves whole: each device takes its rows
+            here = jax.lax.dynamic_slice_in_dim(x, jax.lax.axis_index(placement.axis) * local, local)
+            return body(here, *operands)
+
         sharded = jax.shard_map(
-            body, mesh=placement.mesh, in_specs=(tokens, *in_specs), out_specs=whole, check_vma=False
+            rows_of, mesh=placement.mesh, in_specs=(whole, *in_specs), out_specs=whole, check_vma=False
         )
+        # the state replicated on both sides: nothing asks for it by rows, so XLA never shards the
+        # solver's state or snapshots across the devices (every process can read them)
         return sharded(_padded_rows(x, rows), *operands)
 
 
