@@ -105,11 +105,7 @@ DOPRI5_DENSE = (
 
 
 def _combine(weights, slopes, dt):
-    pairs = [(w, k) for w, k in zip(weights, slopes, strict=False) if w != 0.0]
-    if len(pairs) == 1:  # ``(dt·w)·k``: what XLA makes of ``dt·(w·k)`` when dt is a constant
-        (w, k), = pairs
-        return (dt * w) * k if w != 1.0 else dt * k
-    terms = [w * k for w, k in pairs]
+    terms = [w * k for w, k in zip(weights, slopes, strict=False) if w != 0.0]
     return dt * sum(terms[1:], terms[0]) if terms else 0.0
 
 
