@@ -161,6 +161,19 @@ def measure(cases, *, trajectories=(), placement=None, d: int = D) -> dict:
 
 PROCESS_CASES = ("rope_bias_sa_causal", "heads_rope_alibi_causal")
 SOLVE = dict(dt=0.05, t_end=0.5, save_every=0.25)  # the two-process trajectory (``solve``, RK4)
+RECIPE_N = 256  # the setting of the cluster script of docs/large-runs.md, at a small n
+
+
+def recipe():
+    """The field of the cluster script of ``docs/large-runs.md`` (RoPE full period, block 128)."""
+    from attnflow.core import factors, gauges
+    from attnflow.core.kernel import Kernel, make_profile
+    from attnflow.numerics import dynamics
+
+    n, d = RECIPE_N, 3
+    rope = gauges.make_rope(range(n), d, gauges.rope_frequencies(d, kind="full_period", n=n))
+    kernel = Kernel(rope, factors.NoFactor(n=n), make_profile("exp", beta=1.0))
+    return dynamics.make_vector_field(kernel, block_size=128)
 
 
 def process_main(argv: list[str]) -> None:
@@ -189,6 +202,9 @@ def process_main(argv: list[str]) -> None:
         arrays[case] = np.asarray(velocity(sharding.shard_tokens(build(case), placement), x))
     sharded = sharding.shard_tokens(build(PROCESS_CASES[0]), placement)
     arrays["trajectory"] = solve.solve(sharded, x, integrator=integrators.RK4(), **SOLVE).xs
+    x = sphere.sample_uniform(0, RECIPE_N, 3)
+    sharded = sharding.shard_tokens(recipe(), placement)
+    arrays["recipe"] = solve.solve(sharded, x, integrator=integrators.RK4(), **SOLVE).xs
     np.savez(out, **arrays)
     jax.distributed.shutdown()
 

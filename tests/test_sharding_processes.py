@@ -1,6 +1,7 @@
 """Tokens sharded across two processes of this machine (``jax.distributed``, CPU collectives by
 gloo): the same sharded run as on 4 host devices of one process, each process holding 2 of the 4
-devices (``tests/sharding_cases.py --process``); the one-device reference is computed here."""
+devices (``tests/sharding_cases.py --process``), and a solve in the setting of the cluster script
+of ``docs/large-runs.md``; the one-device reference is computed here."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def test_two_processes_run_the_sharded_field_and_solve_like_one_device(tmp_path)
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-        )  # fmt: skip
+        )
         for p in (0, 1)
     ]
     try:
@@ -62,6 +63,8 @@ def test_two_processes_run_the_sharded_field_and_solve_like_one_device(tmp_path)
     field = cases.build(cases.PROCESS_CASES[0])
     trajectory = solve.solve(field, x, integrator=integrators.RK4(), **cases.SOLVE).xs
     assert float(np.max(np.abs(trajectory[-1] - trajectory[0]))) > 1e-3  # the tokens moved
+    x = sphere.sample_uniform(0, cases.RECIPE_N, 3)
+    recipe = solve.solve(cases.recipe(), x, integrator=integrators.RK4(), **cases.SOLVE).xs
     for out in outs:
         got = np.load(out)
         assert int(got["devices"]) == 4 and int(got["local"]) == 2  # 4 devices, 2 in each process
@@ -69,3 +72,6 @@ def test_two_processes_run_the_sharded_field_and_solve_like_one_device(tmp_path)
             assert float(np.max(np.abs(got[case] - reference[case]))) <= FIELD_TOL, case
         assert got["trajectory"].shape == trajectory.shape
         assert float(np.max(np.abs(got["trajectory"] - trajectory))) <= TRAJECTORY_TOL
+        # the cluster script's setting (once read back sharded across the processes, now replicated)
+        assert got["recipe"].shape == recipe.shape
+        assert float(np.max(np.abs(got["recipe"] - recipe))) <= TRAJECTORY_TOL
