@@ -191,3 +191,21 @@ def test_a_stopped_run_says_what_it_kept_and_how_to_continue(rope_file, tmp_path
         f"interrupted: kept 3 of 9 snapshots in {str(out)!r}; metrics.json records status 'interrupted'. "
         f"Continue with: attnflow run {rope_file} --out {out} --resume"
     ]
+
+
+def test_an_adaptive_run_stopped_by_solver_max_steps_exits_3_naming_the_key(tmp_path):
+    import json
+
+    path = tmp_path / "adaptive.toml"
+    path.write_text(
+        '[model]\nn = 8\n[solver]\nmethod = "adaptive"\nt_end = 2.0\nsave_every = 0.5\nmax_steps = 3\n'
+    )
+    out = tmp_path / "run"
+    result = invoke("run", str(path), "--out", str(out))
+    assert result.exit_code == 3, result.output
+    assert (
+        "status 'max_steps' (the adaptive solver reached its step bound, `solver.max_steps`" in result.stderr
+    )
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["run"]["status"] == "max_steps"
+    assert json.loads((out / "config.json").read_text())["solver"]["max_steps"] == 3

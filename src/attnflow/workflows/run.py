@@ -315,6 +315,7 @@ def _run_in_folder(config, sim, out_dir: Path, resolved: dict, *, resume: bool, 
                 saveat=SaveAt((n_snapshots - 1 - first) * sim.save_every, sim.save_every),
                 noise=sim.noise,
                 key=sim.key,
+                max_steps=config.solver.max_steps,  # the adaptive bound of the whole run (None: none)
             )
             status = str(statistics.status)
         else:
