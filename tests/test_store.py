@@ -15,6 +15,7 @@ import pytest
 import xarray as xr
 import zarr
 
+from attnflow.io import store
 from attnflow.io.store import (
     CorruptStoreError,
     StoredTrajectory,
@@ -274,18 +275,33 @@ def test_x_written_but_t_not_is_not_a_snapshot(tmp_path):
     assert open_dataset(path).sizes["t"] == 4
 
 
+@pytest.fixture(params=[1, 4], ids=["a snapshot per chunk", "4 snapshots per chunk"])
+def per_chunk(request, monkeypatch):
+    """Snapshots per chunk file: 1 (as stores were before, and as large snapshots are) or 4."""
+    monkeypatch.setattr(store, "snapshots_per_chunk", lambda *_: request.param)
+    return request.param
+
+
+def _chunk(path, array, k, per_chunk):
+    """The file of the chunk of ``array`` (t or x) holding snapshot ``k``."""
+    c = k // per_chunk
+    return path / array / "c" / (f"{c}" if array == "t" else f"{c}/0/0")
+
+
 @pytest.mark.parametrize("array", ["t", "x"])
-def test_torn_last_chunk_ends_the_prefix(tmp_path, array):
+def test_torn_last_chunk_ends_the_prefix(tmp_path, array, per_chunk):
     # Storage that tears the last chunk write of a killed run (a filesystem without atomic
-    # renames): the checksum makes the torn chunk unreadable, and the reader stops just before it.
+    # renames): the checksum makes the torn chunk unreadable, and the reader stops just before it,
+    # losing the completed snapshots that shared the chunk with the one in progress.
     path = tmp_path / "trajectory.zarr"
     _write(path, 6, close=False)
-    chunk = path / array / "c" / ("5" if array == "t" else "5/0/0")
+    chunk = _chunk(path, array, 5, per_chunk)
     chunk.write_bytes(chunk.read_bytes()[:-3])
+    kept = 5 // per_chunk * per_chunk  # 5 with a snapshot per chunk, 4 with four
     traj = read_trajectory(path)
-    assert traj.xs.shape == (5, N, D)
-    np.testing.assert_array_equal(traj.xs, np.stack([_x(k) for k in range(5)]))
-    assert open_dataset(path).sizes["t"] == 5
+    assert traj.xs.shape == (kept, N, D)
+    np.testing.assert_array_equal(traj.xs, np.stack([_x(k) for k in range(kept)]))
+    assert open_dataset(path).sizes["t"] == kept
 
 
 def _garble(chunk):
@@ -294,23 +310,24 @@ def _garble(chunk):
     chunk.write_bytes(bytes(data))
 
 
-def test_garbled_chunk_of_a_closed_store_is_corruption_not_truncation(tmp_path):
+def test_garbled_chunk_of_a_closed_store_is_corruption_not_truncation(tmp_path, per_chunk):
     path = tmp_path / "trajectory.zarr"
     _write(path, 3)
-    _garble(path / "x" / "c" / "2" / "0" / "0")
-    message = r"store: snapshot 2 of '.*trajectory\.zarr' fails its checksum \(chunk 2 of `t` or `x`\)"
+    _garble(_chunk(path, "x", 2, per_chunk))
+    first = 2 // per_chunk * per_chunk  # the first snapshot of the garbled chunk
+    message = rf"store: snapshot {first} of '.*trajectory\.zarr' fails its checksum \(the chunk of `t` or `x`"
     with pytest.raises(CorruptStoreError, match=message):
         read_trajectory(path)
     with pytest.raises(CorruptStoreError, match=message):
         open_dataset(path)
 
 
-def test_garbled_chunk_before_written_snapshots_is_corruption(tmp_path):
-    # Never closed (as if killed), but snapshots 3-5 were written after the damaged one.
+def test_garbled_chunk_before_written_snapshots_is_corruption(tmp_path, per_chunk):
+    # Never closed (as if killed), but snapshots in later chunks were written after the damaged one.
     path = tmp_path / "trajectory.zarr"
     _write(path, 6, close=False)
-    _garble(path / "t" / "c" / "2")
-    with pytest.raises(CorruptStoreError, match="snapshot 2 of"):
+    _garble(_chunk(path, "t", 2, per_chunk))
+    with pytest.raises(CorruptStoreError, match=f"snapshot {2 // per_chunk * per_chunk} of"):
         read_trajectory(path)
 
 
@@ -520,3 +537,87 @@ def test_rope_gauge_is_stored_as_angles_and_applies_without_matrices(tmp_path):
         TrajectoryWriter(
             tmp_path / "c.zarr", n_snapshots_max=1, n=n, d=d, xi=np.arange(n), gauge=q, rope_angles=angles
         )
+
+
+# --- layout: chunks of several snapshots, the metric series ---------------------------------------
+
+
+def _small_run(path, *, series=True):
+    """A store as `attnflow run examples/rope.toml` writes one: 64 tokens, d = 3, 201 snapshots,
+    RoPE angles, and (``series``) its metric series given to ``close``."""
+    n, times = 64, [snapshot_time(k, 0.1) for k in range(201)]
+    writer = TrajectoryWriter(
+        path, n_snapshots_max=201, n=n, d=3, xi=np.arange(n), rope_angles=np.outer(np.arange(n), [0.1])
+    )
+    for k, t in enumerate(times):
+        writer.append(t, _x(k, n=n))
+    metrics = {"t": times, "energy": np.linspace(0.0, 1.0, 201), "mean_cosine": [None, *np.ones(200)]}
+    writer.close("ok", series=metrics if series else None)
+    return metrics
+
+
+def _files(path) -> list[str]:
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file())
+
+
+def test_a_small_run_is_a_handful_of_files(tmp_path, monkeypatch):
+    _small_run(tmp_path / "new.zarr")
+    files = _files(tmp_path / "new.zarr")
+    # seven zarr.json (group; t, x, xi, gauge_angles, two series), t and x two chunks each (170 +
+    # 31 snapshots), one chunk each for the others: 15 files (409 before: two per snapshot)
+    assert len(files) == 15, files
+    assert [f for f in files if f.startswith("x/c/")] == ["x/c/0/0/0", "x/c/1/0/0"]
+    monkeypatch.setattr(store, "snapshots_per_chunk", lambda *_: 1)  # the layout of stores before
+    _small_run(tmp_path / "old.zarr", series=False)
+    assert len(_files(tmp_path / "old.zarr")) == 409
+
+
+def test_chunks_stay_near_their_byte_budget():
+    assert store.snapshots_per_chunk(201, 64 * 3 * 8) == 170  # 1.5 kB a snapshot: 170 in 256 KiB
+    assert store.snapshots_per_chunk(100, 64 * 3 * 8) == 100  # never past the preallocation
+    assert store.snapshots_per_chunk(10_000, 10_000 * 3 * 8) == 1  # 240 kB a snapshot: one each
+    assert store.snapshots_per_chunk(10_000, 1000 * 3 * 8) == 10  # 10 x 24 kB in a 256 KiB chunk
+    assert store.snapshots_per_chunk(5, 10**9) == 1
+
+
+def test_stores_of_a_snapshot_per_chunk_read_as_the_new_ones(tmp_path, monkeypatch):
+    _small_run(tmp_path / "new.zarr", series=False)
+    monkeypatch.setattr(store, "snapshots_per_chunk", lambda *_: 1)
+    _small_run(tmp_path / "old.zarr", series=False)
+    new, old = read_trajectory(tmp_path / "new.zarr"), read_trajectory(tmp_path / "old.zarr")
+    np.testing.assert_array_equal(new.xs, old.xs)
+    np.testing.assert_array_equal(new.ts, old.ts)
+    assert new.status == old.status == "ok"
+    xr.testing.assert_identical(
+        open_dataset(tmp_path / "new.zarr").drop_attrs(), open_dataset(tmp_path / "old.zarr").drop_attrs()
+    )
+
+
+def test_metric_series_are_variables_of_t_and_round_trip_through_netcdf(tmp_path):
+    path = tmp_path / "trajectory.zarr"
+    metrics = _small_run(path)
+    ds = open_dataset(path)
+    assert ds.energy.dims == ("t",) and ds.energy.attrs["long_name"] == "interaction energy E"
+    np.testing.assert_array_equal(ds.energy.values, metrics["energy"])
+    assert np.isnan(ds.mean_cosine.values[0]) and (ds.mean_cosine.values[1:] == 1.0).all()  # None: NaN
+    raw = xr.open_zarr(path)  # the consolidated metadata list them
+    assert {"energy", "mean_cosine"} <= set(raw.data_vars) and "xi" in raw.coords
+    raw.to_netcdf(tmp_path / "run.nc")
+    with xr.open_dataset(tmp_path / "run.nc") as back:
+        np.testing.assert_array_equal(back.energy.values, metrics["energy"])
+        assert back.attrs["Conventions"].startswith("CF-") and "xi" in back.coords
+
+
+@pytest.mark.parametrize(
+    ("series", "match"),
+    [
+        ({"energy": [1.0, 2.0]}, r"`series\['energy'\]` must hold one value per snapshot written \(3\)"),
+        ({"t": [0.0, 0.1, 0.3]}, r"`series\['t'\]` must be the stored snapshot times"),
+        ({"x": [1.0, 2.0, 3.0]}, r"`series` keys must be identifiers other than the store's arrays"),
+    ],
+)
+def test_close_rejects_series_that_do_not_fit(tmp_path, series, match):
+    writer = _write(tmp_path / "s.zarr", 3, close=False)
+    with pytest.raises(ValueError, match=match):
+        writer.close("ok", series=series)
+    assert not writer.closed and read_trajectory(tmp_path / "s.zarr").status == "incomplete"
