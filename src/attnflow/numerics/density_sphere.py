@@ -1,0 +1,336 @@
+"""The mean-field density on ``S^2 × labels``, in spherical harmonics: ``∂_t f + div(f ∇U) = 0``.
+
+The law is ``μ_t(dx, dξ) = f(t, x, ξ) dx ρ(dξ)`` (``dx`` the area on ``S^2``, each slice of mass 1);
+the labels are a quadrature (``attnflow.numerics.density_circle.LabelQuadrature``). The state is the
+harmonic coefficients ``a (L, lmax+1, lmax+1)`` of each slice (``a[l, m]``, ``m ≥ 0``, zero for
+``m > l``; the real law has ``a_{l,−m} = (−1)^m conj(a_{lm})``), :class:`SphereDensity`.
+
+**Gauge frame.** A gauge ``Q(ξ)`` enters only as ``⟨Q(ξ)x, Q(ζ)y⟩``: the law of ``u = Q(ξ)x``
+obeys the same equation with ``Q = I`` (the conjugacy of the particles, which holds for any factor
+with the gradient value). The solver therefore evolves the gauge-frame slices ``g_ξ = Q(ξ)_# f_ξ``:
+RoPE, prompt and any other gauge is a rotation of the initial law and of the output, never inside
+the field. The potential is then a zonal convolution per label pair,
+
+    U(x, ξ) = Σ_ζ ρ_ζ w(ξ, ζ) ∫ φ(⟨x, y⟩) g(y, ζ) dy,   U_lm = scale · λ_l Σ_ζ ρ_ζ w(ξ,ζ) a_lm(ζ),
+
+with the Funk–Hecke eigenvalues ``λ_l = 2π ∫_{−1}^{1} k(t) P_l(t) dt`` of ``k = φ/scale``
+(exp: ``4π sqrt(π/2β) e^{−β} I_{l+½}(β) / β``; linear: ``4π/3`` at ``l = 1``).
+
+**Derivatives without derivatives.** With the angular momentum ``L = −i x × ∇`` (``L_z Y_lm = m Y_lm``,
+``L_± Y_lm = sqrt((l ∓ m)(l ± m + 1)) Y_{l,m±1}``, Condon–Shortley harmonics): the tangential gradient
+is ``∇U = −x × (iLU)`` (three syntheses of ``iL_c U``), and the divergence of a tangent field ``F`` is
+``div F = i Σ_c L_c (x × F)_c`` (three analyses). Both are exact on the harmonics.
+
+**Transform.** Gauss–Legendre in ``cos θ`` and a uniform grid in ``φ``, with the orthonormal
+associated Legendre functions tabulated once (``O(lmax³)`` numbers); analysis and synthesis are an FFT
+in ``φ`` and one product per ``m``. The grid is the 3/2 rule of the quadratic flux: ``nlat =
+⌈3(lmax+1)/2⌉``, ``nlon = 3 lmax + 4``, so the projection of ``x × (f ∇U)`` on degrees ``≤ lmax`` is
+exact (no aliasing, no filter): the scheme is the Galerkin truncation, mass (``a_00``) is conserved
+exactly (``L`` preserves the degree: no ``l = 0`` output) and ``dE/dt = Σ ρ ∫ f |∇U|² ≥ 0`` where
+``f ≥ 0`` on the grid. Resolution: the share of spectral power in ``l > 2 lmax/3`` and the negative mass
+(:func:`resolution`), as on the circle.
+
+Linear growth about the uniform law ``1/4π`` (w = 1, usa): ``∂_t g = −(1/4π) ΔU_g`` and ``ΔY_l = −l(l+1)Y_l``,
+so ``σ_l = l(l+1) scale λ_l / 4π = c l(l+1) i_l(β)/β`` (``i_l`` the modified spherical Bessel function;
+sa: divided by ``i_0(β)``; linear: ``σ_1 = 2c/3``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.special
+
+from attnflow.core.factors import Factor, NoFactor
+from attnflow.core.host import to_device
+from attnflow.core.kernel import Profile
+from attnflow.core.pytree import pytree_dataclass
+from attnflow.numerics.density_circle import (
+    NEGATIVE_TOL,
+    NORMALIZATIONS,
+    TAIL_TOL,
+    DensityStatus,
+    LabelQuadrature,
+)
+
+__all__ = [
+    "SphereDensity",
+    "SphereDensityField",
+    "funk_hecke",
+    "growth_rates",
+    "make_sphere_field",
+    "resolution",
+    "status_code",
+]
+
+MIN_LMAX = 2
+MODE_CUT = 1e-20  # Funk–Hecke eigenvalues below this share of the largest are dropped (round-off)
+
+
+def funk_hecke(profile: Profile, lmax: int) -> np.ndarray:
+    """``λ_l = 2π ∫_{−1}^{1} φ(t)/scale · P_l(t) dt``, ``l = 0..lmax`` (``scale = φ'(1)``)."""
+    deg = np.arange(lmax + 1)
+    if profile.kind == "exp":
+        beta = float(profile.beta)
+        # ∫ e^{β(t−1)} P_l(t) dt = 2 e^{−β} i_l(β), i_l(β) = sqrt(π/2β) I_{l+½}(β)
+        return 2.0 * np.pi * 2.0 * np.sqrt(np.pi / (2.0 * beta)) * scipy.special.ive(deg + 0.5, beta) / beta
+    return np.where(deg == 1, 4.0 * np.pi / 3.0, 0.0)
+
+
+def growth_rates(profile: Profile, lmax: int, *, normalization: str = "usa") -> np.ndarray:
+    """``σ_l`` about the uniform law (w = 1): ``l(l+1) scale λ_l / 4π`` (usa), and for sa divided by
+    ``scale λ'_0 / 4π``, ``λ'_0 = 2π ∫ φ'(t)/scale dt`` (exp: ``c l(l+1) i_l(β)/β``, sa ``/ i_0(β)``)."""
+    deg = np.arange(lmax + 1)
+    rates = deg * (deg + 1) * funk_hecke(profile, lmax) / (4.0 * np.pi)
+    if normalization == "usa":
+        return float(profile.scale) * rates
+    beta = float(profile.beta)
+    mean_dphi = (1.0 - np.exp(-2.0 * beta)) / (2.0 * beta) if profile.kind == "exp" else 1.0  # ∫φ'/scale /2
+    return rates / mean_dphi
+
+
+@pytree_dataclass(data_fields=["a"], meta_fields=[])
+@dataclasses.dataclass(frozen=True, eq=False)
+class SphereDensity:
+    """``a (L, lmax+1, lmax+1)`` complex: ``a[ξ, l, m]`` (``m ≥ 0``) of each gauge-frame slice."""
+
+    a: jax.Array
+
+
+@pytree_dataclass(
+    data_fields=["labels", "w", "lam", "dlam", "scale", "legendre", "weights", "mu"],
+    meta_fields=["lmax", "nlon", "normalization"],
+)
+@dataclasses.dataclass(frozen=True, eq=False)
+class SphereDensityField:
+    """``state ↦ ∂_t state`` (build it with :func:`make_sphere_field`)."""
+
+    labels: LabelQuadrature
+    w: jax.Array  # (L, L)
+    lam: jax.Array  # (lmax+1,) Funk–Hecke of φ/scale
+    dlam: jax.Array  # (lmax+1,) Funk–Hecke of φ'/scale (sa)
+    scale: jax.Array
+    legendre: jax.Array  # (lmax+1 [m], lmax+1 [l], nlat): orthonormal P̄_lm(μ_j), Y_lm = P̄_lm e^{imφ}
+    weights: jax.Array  # (nlat,) Gauss–Legendre weights in μ = cos θ
+    mu: jax.Array  # (nlat,) nodes
+    lmax: int
+    nlon: int
+    normalization: str
+
+    # -- transforms -----------------------------------------------------------------------------
+    def synthesis(self, a: jax.Array) -> jax.Array:
+        """Grid values ``(..., nlat, nlon)`` of the real function with coefficients ``a (..., K, K)``
+        (degrees and orders below ``K ≤ lmax + 1``: a potential needs only the kernel's degrees)."""
+        kept = a.shape[-1]
+        table = jnp.swapaxes(self.legendre[:kept, :kept], 1, 2)  # (m, j, l)
+        c = self._legendre_product(table, a)
+        c = jnp.pad(c, [(0, 0)] * (c.ndim - 1) + [(0, self.nlon // 2 + 1 - kept)])
+        return jnp.fft.irfft(c, n=self.nlon, axis=-1) * self.nlon
+
+    def analysis(self, values: jax.Array) -> jax.Array:
+        """Coefficients ``(..., l, m)`` of grid values (exact for degree ``≤ 2 nlat − 1 − lmax`` in μ)."""
+        c = jnp.fft.rfft(values, axis=-1)[..., : self.lmax + 1] * (2.0 * np.pi / self.nlon)
+        return self._legendre_product(self.legendre, c * self.weights[:, None])
+
+    @staticmethod
+    def _legendre_product(table: jax.Array, c: jax.Array) -> jax.Array:
+        """``Σ_k table[m, out, k] c[..., k, m]``: one batched real matrix product over ``m``, on the
+        real and imaginary parts and every leading index at once (a complex einsum would promote
+        the table: four times the work, and XLA's CPU layout for it is slower still)."""
+        lead = c.shape[:-2]
+        size = 2 * int(np.prod(lead, dtype=int))
+        stacked = jnp.stack([c.real, c.imag])  # (2, ..., k, m)
+        columns = jnp.moveaxis(stacked, -1, 0).reshape(c.shape[-1], size, c.shape[-2])
+        product = jnp.matmul(table, jnp.swapaxes(columns, 1, 2))  # (m, out, 2·lead)
+        product = jnp.moveaxis(product.reshape(c.shape[-1], table.shape[1], 2, *lead), (0, 1, 2), (-1, -2, 0))
+        return product[0] + 1j * product[1]
+
+    def grid_points(self) -> jax.Array:
+        """``x (3, nlat, nlon)``: the grid's Cartesian coordinates, components first."""
+        phi = 2.0 * np.pi * jnp.arange(self.nlon) / self.nlon
+        s = jnp.sqrt(1.0 - self.mu**2)[:, None]
+        z = jnp.broadcast_to(self.mu[:, None], (self.mu.size, self.nlon))
+        return jnp.stack([s * jnp.cos(phi)[None, :], s * jnp.sin(phi)[None, :], z])
+
+    # -- angular momentum -----------------------------------------------------------------------
+    def _ladder(self, a: jax.Array) -> jax.Array:
+        """``i L a`` as ``(3, ..., l, m)`` (components x, y, z) for the coefficients ``a`` of a real
+        function (``m ≥ 0`` stored; ``a_{l,−1} = −conj(a_{l,1})``). ``x × ∇u = i L u`` is real."""
+        deg = jnp.arange(a.shape[-2])[:, None].astype(a.real.dtype)
+        m = jnp.arange(a.shape[-1])[None, :].astype(a.real.dtype)
+        below = jnp.concatenate([-jnp.conj(a[..., 1:2]), a[..., :-1]], axis=-1)  # a_{l, m−1}
+        above = jnp.concatenate([a[..., 1:], jnp.zeros_like(a[..., :1])], axis=-1)  # a_{l, m+1}
+        inside = (m <= deg).astype(a.real.dtype)
+        plus = jnp.sqrt(jnp.maximum((deg - m + 1.0) * (deg + m), 0.0)) * inside * below  # (L_+ a)_{lm}
+        minus = jnp.sqrt(jnp.maximum((deg + m + 1.0) * (deg - m), 0.0)) * inside * above  # (L_− a)_{lm}
+        lx = 0.5 * (plus + minus)
+        ly = -0.5j * (plus - minus)
+        return 1j * jnp.stack([lx, ly, m * a])
+
+    @staticmethod
+    def _cross(x: jax.Array, y: jax.Array) -> jax.Array:
+        """``x × y`` for components-first ``(3, ...)`` arrays."""
+        return jnp.stack([x[1] * y[2] - x[2] * y[1], x[2] * y[0] - x[0] * y[2], x[0] * y[1] - x[1] * y[0]])
+
+    def gradient(self, a: jax.Array) -> jax.Array:
+        """``∇_S u`` as ``(3, ..., nlat, nlon)`` on the grid, from the coefficients of ``u``:
+        ``−x × (iLu)``."""
+        return -self._cross(self.grid_points(), self.synthesis(self._ladder(a)))
+
+    def divergence(self, flux: jax.Array) -> jax.Array:
+        """Coefficients of ``div F`` for a tangent field ``F (3, ..., nlat, nlon)``:
+        ``i Σ_c L_c (x × F)_c``."""
+        h = self.analysis(self._cross(self.grid_points(), flux))  # (3, ..., l, m)
+        ladders = jax.vmap(self._ladder)(h)  # (3 [h component], 3 [L component], ...)
+        return ladders[0, 0] + ladders[1, 1] + ladders[2, 2]
+
+    # -- the field ------------------------------------------------------------------------------
+    def _mix(self, a: jax.Array, lam: jax.Array) -> jax.Array:
+        """``λ_l Σ_ζ ρ_ζ w(ξ,ζ) a_lm(ζ)`` on the kernel's ``K = len(lam)`` degrees (``(L, K, K)``)."""
+        kept = lam.shape[0]
+        a = a[:, :kept, :kept]
+        mix = (self.w * self.labels.weights[None, :]).astype(a.real.dtype)
+        mixed = jnp.einsum("xz,zlm->xlm", mix, a.real) + 1j * jnp.einsum("xz,zlm->xlm", mix, a.imag)
+        return lam[None, :, None] * mixed
+
+    def potential(self, state: SphereDensity) -> jax.Array:
+        """Coefficients of ``U`` (usa scale), on the kernel's degrees ``(L, K, K)``."""
+        return self.scale * self._mix(state.a, self.lam)
+
+    def velocity(self, state: SphereDensity) -> jax.Array:
+        """``V (3, L, nlat, nlon)`` on the grid: ``∇U`` (usa) or ``∇U / Z`` (sa)."""
+        grad = self.gradient(self._mix(state.a, self.lam))
+        if self.normalization == "usa":
+            return self.scale * grad
+        return grad / self.synthesis(self._mix(state.a, self.dlam))[None]
+
+    def __call__(self, state: SphereDensity) -> SphereDensity:
+        f = self.synthesis(state.a)
+        return SphereDensity(a=-self.divergence(f[None] * self.velocity(state)))
+
+    def density(self, state: SphereDensity) -> jax.Array:
+        """Grid values ``f (L, nlat, nlon)``."""
+        return self.synthesis(state.a)
+
+    def mass(self, state: SphereDensity) -> jax.Array:
+        """``∫ f dx`` per label: ``sqrt(4π) a_00``."""
+        return jnp.sqrt(4.0 * np.pi) * state.a[:, 0, 0].real
+
+    def energy(self, state: SphereDensity) -> jax.Array:
+        """``½ Σ_ξ ρ_ξ ∫ U f dx`` (Parseval on the real coefficients)."""
+        u = self.potential(state)
+        kept = u.shape[-1]
+        weight = jnp.where(jnp.arange(kept) == 0, 1.0, 2.0)[None, None, :]
+        per_label = jnp.sum(weight * (u * jnp.conj(state.a[:, :kept, :kept])).real, axis=(1, 2))
+        return 0.5 * jnp.sum(self.labels.weights * per_label)
+
+    def initial(self, values: jax.Array) -> SphereDensity:
+        """The state of grid values ``(L, nlat, nlon)`` (its projection on degrees ``≤ lmax``)."""
+        return SphereDensity(a=self.analysis(values))
+
+
+def kept_degrees(lam: np.ndarray) -> int:
+    """The kernel's degrees the field keeps: up to the first with ``|λ_l|`` below ``MODE_CUT`` of the
+    largest (round-off), rounded up to a multiple of 8, at most ``lmax + 1``. The potential, its
+    gradient and the label product then cost ``O(K³)`` rather than ``O(lmax³)``."""
+    small = np.abs(lam) < MODE_CUT * np.max(np.abs(lam))
+    needed = int(np.argmax(small & (np.arange(lam.size) >= 2))) if np.any(small[2:]) else lam.size
+    return min(lam.size, -(-needed // 8) * 8)
+
+
+def _legendre_table(lmax: int, mu: np.ndarray) -> np.ndarray:
+    """``P̄_lm(μ_j)`` as ``(m, l, j)``, with ``Y_lm(θ, φ) = P̄_lm(cos θ) e^{imφ}`` (orthonormal,
+    Condon–Shortley phase: scipy's ``sph_harm_y``)."""
+    theta = np.arccos(mu)
+    table = np.zeros((lmax + 1, lmax + 1, mu.size))
+    for m in range(lmax + 1):
+        for deg in range(m, lmax + 1):
+            table[m, deg] = scipy.special.sph_harm_y(deg, m, theta, 0.0).real
+    return table
+
+
+def make_sphere_field(
+    profile: Profile,
+    *,
+    lmax: int,
+    labels: LabelQuadrature,
+    factor: Factor | None = None,
+    normalization: str = "usa",
+) -> SphereDensityField:
+    """The density field on ``S^2 × labels`` in the gauge frame (rotate the initial law by each
+    label's gauge; see the module docstring), harmonics up to degree ``lmax``."""
+    where = "density"
+    if isinstance(lmax, bool) or not isinstance(lmax, int | np.integer) or lmax < MIN_LMAX:
+        raise ValueError(f"{where}: `lmax` must be an integer >= {MIN_LMAX}; got {lmax!r}.")
+    if normalization not in NORMALIZATIONS:
+        raise ValueError(f"{where}: `normalization` must be one of {NORMALIZATIONS}; got {normalization!r}.")
+    count = labels.size
+    factor = NoFactor(n=count) if factor is None else factor
+    if factor.n != count:
+        raise ValueError(
+            f"{where}: `factor` must be built on the {count} label nodes; got {factor.n} labels."
+        )
+    if normalization == "sa" and not factor.nonnegative:
+        raise ValueError(
+            f"{where}: `normalization` 'sa' requires a non-negative factor; got {type(factor).__name__}."
+        )
+    nlat = -(-3 * (lmax + 1) // 2)
+    nlon = 3 * lmax + 4
+    mu, gauss = np.polynomial.legendre.leggauss(nlat)
+    lam = funk_hecke(profile, lmax)
+    kept = kept_degrees(lam)
+    lam = lam[:kept]
+    if profile.kind == "exp":
+        dlam = float(profile.beta) * lam  # φ' = β φ for the exp profile
+    else:
+        dlam = np.where(np.arange(kept) == 0, 4.0 * np.pi, 0.0)
+    dtype = labels.weights.dtype
+    w = np.broadcast_to(np.asarray(factor.dense(), dtype=np.float64), (count, count))
+    return SphereDensityField(
+        labels=labels,
+        w=to_device(w, dtype),
+        lam=to_device(lam, dtype),
+        dlam=to_device(dlam, dtype),
+        scale=to_device(float(profile.scale), dtype),
+        legendre=to_device(_legendre_table(lmax, mu), dtype),
+        weights=to_device(gauss, dtype),
+        mu=to_device(mu, dtype),
+        lmax=int(lmax),
+        nlon=int(nlon),
+        normalization=normalization,
+    )
+
+
+def resolution(field: SphereDensityField, state: SphereDensity) -> tuple[jax.Array, jax.Array]:
+    """``(tail, negative)``: the largest share of spectral power ``Σ_m |a_lm|²`` in degrees
+    ``l > 2 lmax/3`` (the mean included) and the largest negative mass ``∫ max(−f, 0) dx``."""
+    m = jnp.arange(field.lmax + 1)[None, None, :]
+    power = jnp.where(m == 0, 1.0, 2.0) * jnp.abs(state.a) ** 2
+    per_degree = jnp.sum(power, axis=-1)
+    deg = jnp.arange(field.lmax + 1)[None, :]
+    tail = jnp.sum(jnp.where(3 * deg > 2 * field.lmax, per_degree, 0.0), axis=-1) / jnp.sum(
+        per_degree, axis=-1
+    )
+    f = field.synthesis(state.a)
+    negative = jnp.einsum("j,xjk->x", field.weights, jnp.maximum(-f, 0.0)) * (2.0 * np.pi / field.nlon)
+    return jnp.max(tail), jnp.max(negative)
+
+
+def status_code(
+    field: SphereDensityField,
+    state: SphereDensity,
+    *,
+    tail_tol: float = TAIL_TOL,
+    negative_tol: float = NEGATIVE_TOL,
+) -> jax.Array:
+    tail, negative = resolution(field, state)
+    finite = jnp.all(jnp.isfinite(state.a.real)) & jnp.all(jnp.isfinite(state.a.imag))
+    resolved = (tail <= tail_tol) & (negative <= negative_tol)
+    return jnp.where(
+        ~finite,
+        DensityStatus.nonfinite.code,
+        jnp.where(resolved, DensityStatus.ok.code, DensityStatus.under_resolved.code),
+    )

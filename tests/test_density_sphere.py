@@ -1,0 +1,216 @@
+"""The density solver on S^2 × labels (numerics.density_sphere): the transform and the angular
+momentum against closed forms, the field against the particles' field at the quadrature nodes
+(exact), growth rates about the uniform law from the Funk–Hecke eigenvalues, mass and energy."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.special
+
+from attnflow.core import factors, gauges
+from attnflow.core.kernel import Kernel, make_profile
+from attnflow.numerics import density_circle as dc
+from attnflow.numerics import density_sphere as ds
+from attnflow.numerics.density_methods import DensityRK4, integrate
+from attnflow.numerics.dynamics import make_vector_field
+
+
+def _angles(field):
+    x = np.asarray(field.grid_points())
+    return x, np.arccos(np.clip(x[2], -1.0, 1.0)), np.arctan2(x[1], x[0])
+
+
+def _real_harmonic(degree, m, theta, phi):
+    """``2 Re Y_lm`` (m > 0) or ``Y_l0``: the real function whose stored coefficient ``a_lm`` is 1."""
+    y = scipy.special.sph_harm_y(degree, m, theta, phi)
+    return 2.0 * y.real if m else y.real
+
+
+def test_transform_and_angular_momentum_closed_forms():
+    lmax = 12
+    field = ds.make_sphere_field(make_profile("exp", beta=2.0), lmax=lmax, labels=dc.position_labels(1))
+    analysis, synthesis = jax.jit(field.analysis), jax.jit(field.synthesis)
+    laplacian_of = jax.jit(lambda a: field.divergence(field.gradient(a)))
+    gradient_of = jax.jit(lambda v: field.gradient(field.analysis(v)))
+    x, theta, phi = _angles(field)
+    for degree, m in [(0, 0), (3, 2), (5, 0), (12, 7)]:
+        a = np.asarray(analysis(jnp.asarray(_real_harmonic(degree, m, theta, phi))))
+        expected = np.zeros_like(a)
+        expected[degree, m] = 1.0
+        assert np.max(np.abs(a - expected)) <= 1e-13  # Gauss–Legendre quadrature: exact up to round-off
+        back = np.asarray(synthesis(jnp.asarray(a)))
+        assert np.max(np.abs(back - _real_harmonic(degree, m, theta, phi))) <= 1e-13
+        # div ∇ = Δ: −l(l+1) on degree l (checks the ladder operators' phases and the cross products)
+        laplacian = np.asarray(laplacian_of(jnp.asarray(a)))
+        assert np.max(np.abs(laplacian + degree * (degree + 1) * expected)) <= 1e-10 * max(
+            1, degree * (degree + 1)
+        )
+    # ∇z = e_3 − z x and ∇(xy) = P_x (y, x, 0): the gradient's Cartesian components themselves
+    for values, ambient in [
+        (x[2], np.stack([0 * x[0], 0 * x[0], 1 + 0 * x[0]])),
+        (x[0] * x[1], np.stack([x[1], x[0], 0 * x[0]])),
+    ]:
+        gradient = np.asarray(gradient_of(jnp.asarray(values)))
+        tangent = ambient - np.sum(ambient * x, axis=0) * x
+        assert np.max(np.abs(gradient - tangent)) <= 1e-12
+
+
+@pytest.mark.parametrize(
+    "normalization,factor_kind,kind",
+    [("usa", "toeplitz", "exp"), ("sa", "bias", "exp"), ("usa", "none", "linear")],
+)
+def test_velocity_and_energy_are_the_particles_at_the_quadrature_nodes(normalization, factor_kind, kind):
+    """Particles at the grid nodes of every label, weighted ``m = ρ_l w_j (2π/nlon) f``; the factor
+    ``n m_i m_j W`` (usa) makes the particles' field ``m_i`` times the density's velocity, the softmax
+    (sa) the velocity itself; the particles' energy is ``E / n`` (usa)."""
+    lmax, count = 10, 3
+    labels = dc.position_labels(count)
+    factor = {
+        "none": None,
+        "toeplitz": factors.ToeplitzCos(xi=labels.nodes, omega=jnp.asarray(2.0 * np.pi)),
+        "bias": factors.DistanceBias(xi=labels.nodes, slope=jnp.asarray(1.0)),
+    }[factor_kind]
+    profile = make_profile(kind, beta=1.5)
+    field = ds.make_sphere_field(
+        profile, lmax=lmax, labels=labels, factor=factor, normalization=normalization
+    )
+    x, _, _ = _angles(field)
+    nlat, nlon = x.shape[1:]
+    c = np.random.default_rng(0).uniform(-1.0, 1.0, (count, 3))
+    f = (1.0 + 0.5 * np.einsum("kij,lk->lij", x, c) + 0.3 * x[0] * x[1]) / (4.0 * np.pi)
+    state = jax.jit(lambda fl, v: fl.initial(v))(field, jnp.asarray(f))
+    v = np.asarray(jax.jit(lambda fl, s: fl.velocity(s))(field, state))  # (3, L, nlat, nlon)
+    n = count * nlat * nlon
+    label = np.repeat(np.arange(count), nlat * nlon)
+    quadrature = np.asarray(field.weights)[:, None] * (2.0 * np.pi / nlon)
+    mass = (
+        np.asarray(labels.weights)[:, None, None] * quadrature * np.asarray(field.density(state))
+    ).reshape(-1)
+    w = (
+        np.asarray(field.w)[label][:, label]
+        * mass[:, None]
+        * mass[None, :]
+        * (n if normalization == "usa" else 1)
+    )
+    kernel = Kernel(gauges.IdentityGauge(n=n, d=3), factors.make_matrix_factor(w, n=n), profile)
+    points = jnp.asarray(np.tile(x.reshape(3, -1).T, (count, 1)))
+    particle_field = make_vector_field(kernel, normalization=normalization)
+    vp = np.asarray(particle_field(points))
+    vp = vp / mass[:, None] if normalization == "usa" else vp
+    density_v = np.moveaxis(v, 0, -1).reshape(-1, 3)
+    # one sum regrouped (transforms and the label product against the pair sum), and the kernel's
+    # degrees past lmax (i_11(1.5)/i_0(1.5) ~ 1e-11 of a zonal kernel, weighted by f's degree <= 2 parts: 0)
+    assert np.max(np.abs(vp - density_v)) <= 1e-13 * np.max(np.abs(density_v))
+    if normalization == "usa":
+        assert float(field.energy(state)) == pytest.approx(
+            n * float(particle_field.energy(points)), rel=1e-12
+        )
+
+
+@functools.partial(jax.jit, static_argnames=("steps",))
+def _final(field, a0, dt, *, steps):
+    return jax.vmap(
+        lambda a: integrate(
+            field, DensityRK4(), ds.SphereDensity(a), dt=dt, steps_per_snapshot=steps, snapshots=1
+        )[1].a[-1]
+    )(a0)
+
+
+@pytest.mark.parametrize("beta,t_end,dt", [(1.0, 2.0, 0.02), (5.0, 0.3, 1e-3)])
+def test_growth_rates_about_uniform_are_l_l1_il_over_beta(beta, t_end, dt):
+    """Zonal perturbations ``±ε Y_l0`` of the uniform law 1/4π (w = 1, usa): mode ``l`` grows at
+    ``σ_l = c l(l+1) i_l(β)/β`` (Funk–Hecke). The difference of the ``+ε`` and ``−ε`` runs cancels the
+    quadratic terms (``Y_l²`` holds ``Y_l`` itself for even l), so the rate is linear to ``ε²``."""
+    lmax, eps = 12, 1e-6
+    profile = make_profile("exp", beta=beta)
+    field = ds.make_sphere_field(profile, lmax=lmax, labels=dc.position_labels(1))
+    _, theta, phi = _angles(field)
+    ls = np.arange(1, 7)
+    values = np.stack(
+        [
+            1.0 / (4.0 * np.pi) + s * eps * _real_harmonic(degree, 0, theta, phi)
+            for degree in ls
+            for s in (1, -1)
+        ]
+    )
+    a0 = jax.vmap(field.analysis)(jnp.asarray(values[:, None]))
+    a1 = np.asarray(_final(field, a0, jnp.asarray(dt), steps=round(t_end / dt)))
+    a0 = np.asarray(a0)
+    rates = np.array(
+        [
+            np.log(
+                (a1[2 * i, 0, degree, 0] - a1[2 * i + 1, 0, degree, 0]).real
+                / (a0[2 * i, 0, degree, 0] - a0[2 * i + 1, 0, degree, 0]).real
+            )
+            / t_end
+            for i, degree in enumerate(ls)
+        ]
+    )
+    i_l = np.sqrt(np.pi / (2.0 * beta)) * scipy.special.iv(ls + 0.5, beta)
+    np.testing.assert_allclose(ds.growth_rates(profile, 6)[1:], ls * (ls + 1) * i_l / beta, rtol=1e-13)
+    # RK4's rate error (σ dt)^4/120 <= 1e-9, cubic terms ε², round-off 1e-16/ε over σ_6 T ~ 6e-4
+    np.testing.assert_allclose(rates, ls * (ls + 1) * i_l / beta, rtol=1e-6)
+
+
+def test_growth_rates_sa_and_linear():
+    profile = make_profile("exp", beta=2.0)
+    deg = np.arange(5)
+    i_l = np.sqrt(np.pi / 4.0) * scipy.special.iv(deg + 0.5, 2.0)
+    sa = ds.growth_rates(profile, 4, normalization="sa")
+    np.testing.assert_allclose(sa, deg * (deg + 1) * i_l / (2.0 * i_l[0]), rtol=1e-12)  # i_l(β)/(β i_0(β))
+    linear = ds.growth_rates(make_profile("linear", beta=2.0, time_scale="rescaled"), 3)
+    np.testing.assert_allclose(linear, [0.0, 2.0 * np.exp(-2.0) / 3.0, 0.0, 0.0], atol=1e-16)  # σ_1 = 2c/3
+
+
+def test_mass_and_energy_along_a_labelled_run():
+    lmax, count = 10, 3
+    labels = dc.position_labels(count)
+    field = ds.make_sphere_field(
+        make_profile("exp", beta=2.0),
+        lmax=lmax,
+        labels=labels,
+        factor=factors.ToeplitzCos(xi=labels.nodes, omega=jnp.asarray(2.0 * np.pi)),
+    )
+    x, _, _ = _angles(field)
+    c = np.random.default_rng(3).uniform(-1.0, 1.0, (count, 3))
+    f = (1.0 + 0.4 * np.einsum("kij,lk->lij", x, c)) / (4.0 * np.pi)
+    run = jax.jit(
+        lambda s: integrate(
+            field,
+            DensityRK4(),
+            s,
+            dt=0.02,
+            steps_per_snapshot=10,
+            snapshots=7,
+            status=lambda y: ds.status_code(field, y),
+        )
+    )
+    _, states, codes = run(field.initial(jnp.asarray(f)))
+    assert np.all(np.asarray(codes) == dc.DensityStatus.ok.code)
+    mass = np.asarray(jax.vmap(lambda a: field.mass(ds.SphereDensity(a)))(states.a))
+    assert np.max(np.abs(mass - 1.0)) <= 1e-12  # L keeps the degree: the divergence has no deg = 0 part
+    energy = np.asarray(jax.vmap(lambda a: field.energy(ds.SphereDensity(a)))(states.a))
+    assert energy[-1] > 1.02 * energy[0]  # the law moves
+    assert np.min(np.diff(energy)) >= -1e-12 * energy[-1]  # Galerkin: dE/dt = Σρ∫f|∇U|² >= 0, RK4 error
+
+
+def test_validation_messages():
+    profile = make_profile("exp", beta=1.0)
+    labels = dc.position_labels(2)
+    with pytest.raises(ValueError, match="`lmax` must be an integer >= 2"):
+        ds.make_sphere_field(profile, lmax=1, labels=labels)
+    with pytest.raises(ValueError, match="'sa' requires a non-negative factor"):
+        ds.make_sphere_field(
+            profile,
+            lmax=4,
+            labels=labels,
+            normalization="sa",
+            factor=factors.ToeplitzCos(xi=labels.nodes, omega=jnp.asarray(1.0)),
+        )
+    with pytest.raises(ValueError, match="`factor` must be built on the 2 label nodes"):
+        ds.make_sphere_field(profile, lmax=4, labels=labels, factor=factors.NoFactor(n=3))
