@@ -24,7 +24,7 @@ SETS = Annotated[list[str], typer.Option("--set", metavar=SET, help="Override, e
 # multiply-adds per second per core assumed by the time estimate: an order of magnitude, not a
 # measurement (a run's own wall time is in its metrics.json)
 ASSUMED_RATE = 2e9
-STAGES = {"euler": 1, "rk4": 4, "geodesic_rk4": 4, "adaptive": 7}  # field evaluations per step
+STAGES = {"euler": 1, "rk4": 4, "geodesic_rk4": 4}  # field evaluations per fixed step
 
 
 @config_app.command(cls=ConfigCommand)
