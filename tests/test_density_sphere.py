@@ -199,6 +199,41 @@ def test_mass_and_energy_along_a_labelled_run():
     assert np.min(np.diff(energy)) >= -1e-12 * energy[-1]  # Galerkin: dE/dt = Σρ∫f|∇U|² >= 0, RK4 error
 
 
+def test_status_and_safe_dt():
+    lmax = 16
+    field = ds.make_sphere_field(make_profile("exp", beta=3.0), lmax=lmax, labels=dc.position_labels(1))
+    x, _, _ = _angles(field)
+    status = jax.jit(lambda a: ds.status_code(field, ds.SphereDensity(a)))
+    initial = jax.jit(field.initial)
+
+    def von_mises_fisher(kappa):
+        f = np.exp(kappa * (x[2] - 1.0))
+        return (f / np.sum(np.asarray(field.weights)[:, None] * f * 2.0 * np.pi / x.shape[2]))[None]
+
+    assert int(status(initial(jnp.asarray(von_mises_fisher(2.0))).a)) == dc.DensityStatus.ok.code
+    # κ = 200 has width ~0.07: below lmax = 16's resolution (π/16), rings, and is flagged
+    assert (
+        int(status(initial(jnp.asarray(von_mises_fisher(200.0))).a)) == dc.DensityStatus.under_resolved.code
+    )
+    # RK4 at safe_dt from the most concentrated law the grid holds stays finite and keeps its mass
+    dt = ds.safe_dt(field)
+    sharp = initial(jnp.asarray(von_mises_fisher(4.0)))
+    assert int(status(sharp.a)) == dc.DensityStatus.ok.code
+    end = _final(field, sharp.a[None], jnp.asarray(dt), steps=20)
+    assert np.all(np.isfinite(np.asarray(end)))
+    assert float(field.mass(ds.SphereDensity(end[0]))[0]) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_gauge_frame_points_rotate_the_grid():
+    field = ds.make_sphere_field(make_profile("exp", beta=1.0), lmax=4, labels=dc.position_labels(2))
+    q = gauges.haar_orthogonal(0, 2, 3)
+    points = np.asarray(ds.gauge_frame_points(field, q))
+    x = np.asarray(field.grid_points())
+    np.testing.assert_allclose(
+        np.einsum("lij,ljab->liab", q, points), np.broadcast_to(x, points.shape), atol=1e-14
+    )
+
+
 def test_validation_messages():
     profile = make_profile("exp", beta=1.0)
     labels = dc.position_labels(2)

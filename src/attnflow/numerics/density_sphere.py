@@ -62,7 +62,10 @@ __all__ = [
     "funk_hecke",
     "growth_rates",
     "make_sphere_field",
+    "gauge_frame_points",
+    "kept_degrees",
     "resolution",
+    "safe_dt",
     "status_code",
 ]
 
@@ -334,3 +337,31 @@ def status_code(
         DensityStatus.nonfinite.code,
         jnp.where(resolved, DensityStatus.ok.code, DensityStatus.under_resolved.code),
     )
+
+
+def safe_dt(field: SphereDensityField, *, courant: float = 1.0) -> float:
+    """A step for explicit RK4 that is stable for every law (a host float): ``courant · 2 / (|V| lmax +
+    |div V|)`` with the law-independent bounds ``|V| ≤ scale · max_t |k'(t)| sqrt(1 − t²) · reach`` and
+    ``|div V| ≤ scale · max_t |(1 − t²) k''(t) − 2t k'(t)| · reach`` (the gradient and Laplacian of the
+    zonal ``k = φ/scale``; ``reach = max_ξ Σ_ζ ρ_ζ |w|``), or ``|V| ≤ 1``, ``|div V| ≤ 2 + β`` for sa."""
+    t = np.linspace(-1.0, 1.0, 4001)
+    lam, dlam = np.asarray(field.lam), np.asarray(field.dlam)
+    beta = float(dlam[0] / lam[0]) if lam[0] > 0 else 0.0  # exp: φ' = β φ; linear: λ_0 = 0
+    dk = np.exp(beta * (t - 1.0)) if beta > 0 else np.ones_like(t)
+    ddk = beta * dk
+    if field.normalization == "usa":
+        reach = float(np.max(np.abs(np.asarray(field.w)) @ np.asarray(field.labels.weights)))
+        v = float(field.scale) * reach * np.max(dk * np.sqrt(1.0 - t**2))
+        dv = float(field.scale) * reach * np.max(np.abs((1.0 - t**2) * ddk - 2.0 * t * dk))
+    else:
+        v, dv = 1.0, 2.0 + beta
+    return courant * 2.0 / (v * field.lmax + dv)
+
+
+def gauge_frame_points(field: SphereDensityField, q) -> jax.Array:
+    """``Q(ξ_l)ᵀ x`` on the grid, ``(L, 3, nlat, nlon)``, for per-label gauges ``q (L, 3, 3)``: the
+    gauge-frame slice is ``g_ξ(u) = f_ξ(Q(ξ)ᵀ u)``, so evaluating the content-frame law ``f_ξ`` at these
+    points gives the solver's initial values (``field.initial``). RoPE with one rotating pair in
+    d = 3 is a rotation about the third axis; prompt gauges are ``haar_orthogonal(seed, K, 3)``."""
+    q = jnp.asarray(q)
+    return jnp.einsum("lij,iab->ljab", q, field.grid_points())  # (Qᵀx)_j = Σ_i Q_ij x_i
