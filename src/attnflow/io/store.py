@@ -115,6 +115,7 @@ __all__ = [
     "iter_snapshots",
     "open_dataset",
     "read_gauge",
+    "read_series",
     "read_trajectory",
     "snapshot_time",
     "snapshots_per_chunk",
@@ -557,6 +558,20 @@ def _stored_gauge(group: zarr.Group) -> StoredGauge | None:
     if "gauge_angles" in group:
         return StoredGauge(d=d, rope_angles=np.asarray(group["gauge_angles"][...]), dtype=dtype)
     return None
+
+
+def read_series(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """The metric series a store holds (what ``close(series=...)`` wrote; ``{}`` for a store
+    without them), each ``(K,)`` over the ``K`` snapshots the closed store recorded."""
+    group = _open_store(path)
+    recorded = group.attrs.get("n_snapshots")
+    if not isinstance(recorded, int):
+        return {}  # series are written at close, with the count
+    return {
+        name: np.asarray(array[:recorded])
+        for name, array in group.arrays()
+        if name not in _DATA_ARRAYS and array.ndim == 1 and array.shape[0] == group["t"].shape[0]
+    }
 
 
 def iter_snapshots(path: str | os.PathLike[str]) -> Iterator[tuple[np.ndarray, np.ndarray]]:

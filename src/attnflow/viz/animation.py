@@ -3,8 +3,9 @@
 picture (:mod:`attnflow.viz.colours`, with its colour bar), one frame per shown snapshot. The panels
 are drawn as the run's figures draw their spheres (an orthographic view on 2-D Axes, the near side
 over the faded far side; laid out once, each frame only moves the points); dimensions above 3
-show the first three coordinates, as the viewer does. GIF through Pillow
-(matplotlib's own dependency); MP4 needs ``ffmpeg`` on the PATH.
+are projected as the viewer projects them (:func:`attnflow.viz.viewer.viewed`: the three leading
+principal directions of the last frame, PC 1 and PC 2 being the figures' plane of that
+snapshot). GIF through Pillow (matplotlib's own dependency); MP4 needs ``ffmpeg`` on the PATH.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from matplotlib.figure import Figure
 from attnflow.io.store import spread
 from attnflow.viz.colours import LABEL_CMAP
 from attnflow.viz.plotting import _draw_sphere_flat, _flat_points
-from attnflow.viz.viewer import first_three
+from attnflow.viz.viewer import viewed
 
 __all__ = ["FORMATS", "check_format", "write_animation"]
 
@@ -52,10 +53,10 @@ def write_animation(
     path = check_format(path)
     frames, tokens = spread(len(stored.ts), max_frames), spread(stored.xs.shape[1], max_tokens)
     x = np.asarray(stored.xs[frames][:, tokens], dtype=np.float64)
-    panels = [("content x", first_three(x))]
+    panels = [("content x", viewed(x))]
     if stored.stored_gauge is not None:
         u = stored.gauge_frame(x, tokens)
-        panels.append(("gauge frame u = Q(ξ) x", first_three(u)))
+        panels.append(("gauge frame u = Q(ξ) x", viewed(u)))
     labels = np.asarray(stored.xi).reshape(len(stored.xi), -1)[:, 0][tokens]
     fig = Figure(figsize=(3.6 * len(panels) + 0.9, 4.0), layout="constrained")
     FigureCanvasAgg(fig)

@@ -331,8 +331,8 @@ def _colour_bar(ax: Axes, mappable: Any, label: str | None, *, cax: Axes | None 
     bar.ax.tick_params(labelsize=6)
 
 
-def _principal_directions(pts: np.ndarray) -> np.ndarray:
-    """The two leading principal directions of the rows of ``pts``, as a ``(d, 2)`` matrix.
+def _principal_directions(pts: np.ndarray, count: int = 2) -> np.ndarray:
+    """The ``count`` leading principal directions of the rows of ``pts``, as a ``(d, count)`` matrix.
 
     Directions of the centred finite rows (right singular vectors); when the centred cloud is a
     single point (a collapsed state), the uncentred second moment is used instead so that the
@@ -342,13 +342,13 @@ def _principal_directions(pts: np.ndarray) -> np.ndarray:
     d = pts.shape[1]
     finite = pts[np.all(np.isfinite(pts), axis=1)]
     if finite.shape[0] == 0:
-        return np.eye(d)[:, :2]
+        return np.eye(d)[:, :count]
     centred = finite - finite.mean(axis=0)
     # A cloud whose centred spread is at round-off level has no meaningful principal plane.
     basis = centred if np.linalg.norm(centred) > 1e-12 * max(1.0, np.linalg.norm(finite)) else finite
     _, _, vt = np.linalg.svd(basis, full_matrices=True)
-    directions = vt[:2].T.copy()
-    for k in range(2):
+    directions = vt[:count].T.copy()
+    for k in range(count):
         if directions[np.argmax(np.abs(directions[:, k])), k] < 0:
             directions[:, k] *= -1.0
     return directions
