@@ -23,10 +23,12 @@ is ``∇U = −x × (iLU)`` (three syntheses of ``iL_c U``), and the divergence 
 
 **Transform.** Gauss–Legendre in ``cos θ`` and a uniform grid in ``φ``, with the orthonormal
 associated Legendre functions tabulated once (``O(lmax³)`` numbers); analysis and synthesis are an FFT
-in ``φ`` and one product per ``m``. The grid is the 3/2 rule of the quadratic flux: ``nlat =
-⌈3(lmax+1)/2⌉``, ``nlon = 3 lmax + 4``, so the projection of ``x × (f ∇U)`` on degrees ``≤ lmax`` is
-exact (no aliasing, no filter): the scheme is the Galerkin truncation, mass (``a_00``) is conserved
-exactly (``L`` preserves the degree: no ``l = 0`` output) and ``dE/dt = Σ ρ ∫ f |∇U|² ≥ 0`` where
+in ``φ`` and one product per ``m``. The potential holds only the kernel's ``K`` degrees
+(:func:`kept_degrees`: 24 at β = 1, 32 at β = 5), so ``∇U`` has degree ``≤ K`` and the flux
+``x × (f ∇U)`` degree ``≤ lmax + K + 1``; the grid ``nlat = ⌈(2 lmax + K + 2)/2⌉``,
+``nlon = 2 lmax + K + 2`` integrates its products with ``Y_lm`` (``l ≤ lmax``) exactly (no aliasing,
+no filter; usa): the scheme is the Galerkin truncation, mass (``a_00``) is conserved exactly
+(``L`` preserves the degree: no ``l = 0`` output) and ``dE/dt = Σ ρ ∫ f |∇U|² ≥ 0`` where
 ``f ≥ 0`` on the grid. Resolution: the share of spectral power in ``l > 2 lmax/3`` and the negative mass
 (:func:`resolution`), as on the circle.
 
@@ -280,12 +282,13 @@ def make_sphere_field(
         raise ValueError(
             f"{where}: `normalization` 'sa' requires a non-negative factor; got {type(factor).__name__}."
         )
-    nlat = -(-3 * (lmax + 1) // 2)
-    nlon = 3 * lmax + 4
-    mu, gauss = np.polynomial.legendre.leggauss(nlat)
     lam = funk_hecke(profile, lmax)
     kept = kept_degrees(lam)
     lam = lam[:kept]
+    # the flux x × (f ∇U) has degree lmax + kept + 1; against Y_lm (l <= lmax): 2 lmax + kept + 1
+    nlat = -(-(2 * lmax + kept + 2) // 2)
+    nlon = 2 * lmax + kept + 2
+    mu, gauss = np.polynomial.legendre.leggauss(nlat)
     if profile.kind == "exp":
         dlam = float(profile.beta) * lam  # φ' = β φ for the exp profile
     else:
