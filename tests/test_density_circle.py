@@ -465,6 +465,22 @@ def test_validation_messages():
         dc.make_circle_field(profile, grid=64, labels=labels, filter_order=1)
 
 
+def test_circle_gauge_from_the_core_gauges():
+    labels = dc.position_labels(5)
+    nodes = np.asarray(labels.nodes)
+    rope = dc.circle_gauge(gauges.make_rope(nodes, 2, [2.0 * np.pi]))
+    np.testing.assert_allclose(np.asarray(rope.angle), 2.0 * np.pi * nodes, rtol=1e-15)
+    q = gauges.haar_orthogonal(3, 5, 2)
+    prompt = dc.circle_gauge(gauges.make_prompt_gauge(np.arange(5), q))
+    direct = dc.circle_gauge_from_matrices(q)
+    np.testing.assert_array_equal(np.asarray(prompt.angle), np.asarray(direct.angle))
+    np.testing.assert_array_equal(np.asarray(prompt.orientation), np.round(np.linalg.det(q)))
+    none = dc.circle_gauge(gauges.IdentityGauge(n=5, d=2))
+    assert np.all(np.asarray(none.angle) == 0.0) and np.all(np.asarray(none.orientation) == 1.0)
+    with pytest.raises(ValueError, match="needs a gauge in d = 2; got d = 3"):
+        dc.circle_gauge(gauges.IdentityGauge(n=5, d=3))
+
+
 def test_gauss_labels_integrate_polynomials():
     labels = dc.position_labels(5, rule="gauss")
     nodes, weights = np.asarray(labels.nodes), np.asarray(labels.weights)

@@ -67,6 +67,7 @@ __all__ = [
     "CircleGauge",
     "DensityStatus",
     "LabelQuadrature",
+    "circle_gauge",
     "circle_gauge_from_matrices",
     "grid_angles",
     "identity_circle_gauge",
@@ -203,6 +204,21 @@ def rope_circle_gauge(labels: LabelQuadrature, omega: float, *, dtype=jnp.float6
     """RoPE in d = 2: ``α(ξ) = ω ξ`` (``attnflow.core.gauges.make_rope`` with one frequency ``ω``)."""
     angle = float(omega) * np.asarray(labels.nodes, dtype=np.float64)
     return CircleGauge(angle=to_device(angle, dtype), orientation=to_device(np.ones(angle.size), dtype))
+
+
+def circle_gauge(gauge, *, dtype=jnp.float64) -> CircleGauge:
+    """The :class:`CircleGauge` of a core gauge built on the ``L`` label nodes in ``d = 2``
+    (``attnflow.core.gauges``: ``IdentityGauge(n=L, d=2)``; ``make_rope(nodes, 2, [ω])``, whose one
+    pair turns by ``ω ξ``; a ``DenseGauge`` of ``(L, 2, 2)`` matrices, as ``make_prompt_gauge``
+    makes): the same gauge, so a configuration builds it with the particles' own builders."""
+    if gauge.d != 2:
+        raise ValueError(f"density gauge: the circle needs a gauge in d = 2; got d = {gauge.d}.")
+    if gauge.is_identity:
+        return identity_circle_gauge(gauge.n, dtype=dtype)
+    if hasattr(gauge, "angles"):  # RoPE: at most one pair in d = 2
+        angle = np.asarray(gauge.angles, dtype=np.float64).reshape(gauge.n, -1).sum(axis=1)
+        return CircleGauge(angle=to_device(angle, dtype), orientation=to_device(np.ones(gauge.n), dtype))
+    return circle_gauge_from_matrices(np.asarray(gauge.matrices()), dtype=dtype)
 
 
 def circle_gauge_from_matrices(q, *, dtype=jnp.float64) -> CircleGauge:
