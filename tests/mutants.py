@@ -192,14 +192,59 @@ def mutant(field, name: str):
     return mutant_class(base, name)(**{f.name: getattr(field, f.name) for f in dataclasses.fields(base)})
 
 
-def acts(field, name: str, x0) -> bool:
-    """Whether the mutation changes the field at ``x0`` (one state, or the first of a batch)."""
+def changes(field, name: str, x0) -> bool:
+    """Whether the mutation changes the field at ``x0`` (one state, or the first of a batch), by
+    evaluating both (relative difference above :data:`ACTS_RTOL`)."""
     x = jnp.asarray(x0)
     x = x.reshape(-1, *x.shape[-2:])[0]
     real = np.asarray(field(x))
     wrong = np.asarray(mutant(field, name)(x))
     scale = max(float(np.max(np.abs(real))), 1e-300)
     return bool(np.max(np.abs(wrong - real)) > ACTS_RTOL * scale)
+
+
+def _matrices(gauge) -> np.ndarray | None:
+    return None if gauge.is_identity else np.asarray(gauge.matrices())
+
+
+def _parts(field) -> list[tuple]:
+    """``(gauge matrices or None, factor matrix)`` of each head (the paper's field: one)."""
+    if isinstance(field, HeadsField):
+        return [(_matrices(h.gauge), np.asarray(h.factor.dense())) for h in field.heads]
+    return [(_matrices(field.kernel.gauge), np.asarray(field.kernel.factor.dense()))]
+
+
+def _acts_on(q, w, name: str) -> bool:
+    eye = np.eye(q.shape[-1]) if q is not None else None
+    if name == "gauge ignored":
+        return q is not None and not np.array_equal(q, np.broadcast_to(eye, q.shape))
+    if name == "Q^T for Q":
+        return q is not None and not np.array_equal(q, np.swapaxes(q, 1, 2))
+    if name == "values swapped":  # Q_i^T Q_j = I for every pair iff all Q_i are one matrix
+        return q is not None and not np.array_equal(q, np.broadcast_to(q[:1], q.shape))
+    if name == "labels shuffled":
+        p = _permutation(w.shape[0])
+        return not np.array_equal(w[p][:, p], w) or (q is not None and not np.array_equal(q[p], q))
+    if name == "factor ignored":
+        return not np.all(w == 1.0)
+    raise KeyError(name)
+
+
+def acts(field, name: str, x0=None) -> bool:  # noqa: ARG001  (x0: the signature of `changes`)
+    """Whether the mutation ``name`` changes the field's definition: the sign, beta and the clock
+    always; the others where the part they change is there (a gauge that is not the identity, an
+    asymmetric gauge for Q^T, a gauge that is not one matrix for the values, labels that a
+    permutation moves, a factor that is not 1, a mask, the softmax, the expansion). Where it does
+    not, the mutant's field is the real one (``changes`` checks it numerically)."""
+    if name in _SCALES or name in _BETAS:
+        return True
+    if name == "causal ignored":
+        return field.causal is not False
+    if name == "sa as usa":
+        return field.normalization == "sa"
+    if name == "expansion loosened":
+        return field.interaction == "expansion"
+    return any(_acts_on(q, w, name) for q, w in _parts(field))
 
 
 @contextlib.contextmanager
@@ -284,16 +329,27 @@ def acting(jobs, names=None) -> dict:
     frozen = _frozen_solve(record, current, names, original)
     modules = [m for key, m in list(sys.modules.items()) if key.startswith("attnflow.")]
     patched = [m for m in modules if getattr(m, "solve", None) is original]
+    original_measure = reproduce.measure
+
+    def no_measure(*args, **kwargs):  # the record is made: a simulated job stops here
+        raise _Recorded
+
     try:
         for module in patched:
             module.solve = frozen
+        reproduce.measure = no_measure
         for job in jobs:
             current["label"] = label(job)
             original_run_job(job, lambda units, stage=None: None)
     finally:
         for module in patched:
             module.solve = original
+        reproduce.measure = original_measure
     return record
+
+
+class _Recorded(Exception):
+    """Raised after the cheap pass has recorded a simulated job (run_job records it as an error)."""
 
 
 def cell(name: str, experiment, jobs, where: dict) -> tuple[str, list]:
