@@ -332,6 +332,17 @@ def test_order_in_time(method):
     assert method.order - margin[0] <= slope <= method.order + margin[1]
 
 
+def test_dopri5_error_estimate_scales_like_dt5_and_rk4_reports_none():
+    grid = 48
+    field = _labelled_field(grid)
+    state = dc.CircleDensity(_smooth_density(grid, 3, seed=2, amplitude=0.4))
+    step = jax.jit(lambda s, dt: DensityDopri5(rtol=0.0, atol=1e-10).step(field, s, dt)[1])
+    errors = [float(step(state, dt)) for dt in (0.08, 0.04, 0.02)]
+    orders = np.log2(np.array(errors[:-1]) / errors[1:])
+    assert np.all(np.abs(orders - 5.0) <= 0.4)  # the embedded pair's local error: O(dt^5)
+    assert float(RK4.step(field, state, 0.01)[1]) == 0.0  # a fixed-step method: error 0, same return type
+
+
 def test_a_fake_rk4_fails_the_order_test():
     from attnflow.numerics.integrators import RK4_TABLEAU, Tableau
 
