@@ -4,7 +4,9 @@ Energies of all snapshots and seeds by one compiled program per kernel structure
 fixed number of states per call: jobs of other lengths and seed counts reuse it), gauge frames
 and mean cosines in NumPy, then the diagnostics of :mod:`attnflow.analysis.metrics` per seed at
 the report times and at the end (:func:`measure`); every value is one of
-:data:`attnflow.io.outcomes.METRICS` or of :data:`LAYER_METRICS`.
+:data:`attnflow.io.outcomes.METRICS`, of :data:`LAYER_METRICS` or of
+:data:`attnflow.workflows.reproduce_rates.THEORY_METRICS` (the closed forms of the flow: rates
+near the end state, the equiangular reduction, the causal two-token motion).
 
 A layer of attention heads (:class:`attnflow.numerics.heads_field.HeadsField`) is measured with
 its own energy (``field.energy``: the sum over the heads; the simulation's kernel is the identity's),
@@ -35,10 +37,10 @@ from attnflow.io.outcomes import MEAN_COSINE_TOL, FigureData, time_label
 from attnflow.numerics.summation import energy
 from attnflow.workflows.build import Simulation
 from attnflow.workflows.experiments import Experiment
+from attnflow.workflows.reproduce_rates import theory_values
 
 __all__ = [
     "LAYER_METRICS",
-    "THEORY_METRICS",
     "householder_frame",
     "is_layer",
     "layer_values",
@@ -47,7 +49,6 @@ __all__ = [
     "orbit_frame",
     "series_values",
     "snapshot_values",
-    "theory_values",
     "trajectory_states",
 ]
 
@@ -67,45 +68,6 @@ LAYER_METRICS = {
     "qk_axis_alignment": "min_i |<x_i, e>|, e the top eigenvector of sym(W_Q^T W_K) of the first head "
     "(1: every token at +-e)",
 }
-
-
-# Values from the closed forms of the flow (attnflow.analysis.theory), measured where the closed
-# form holds (None elsewhere): they see beta, the clock, the factor and the normalisation.
-THEORY_METRICS = {
-    "collapse_rate_ratio": "the decay rate of 1 - mean cosine near the Dirac (gauge frame; the content for "
-    "logits_only values), fitted on its first stretch in [1e-9, 1e-4], over the slowest rate of the "
-    "linearisation at the final state (attnflow.analysis.theory.collapse_rates; w = 1: 2 c e^beta)",
-    "collapse_rate_ceiling": "the fastest over the slowest rate of that linearisation (1 for w = 1): "
-    "collapse_rate_ratio lies between 1 and it",
-    "circle_rate_ratio": "the decay rate of planarity on its first stretch in [1e-6, 1e-4], over the "
-    "great circle's slowest rate out of its plane (attnflow.analysis.theory.circle_normal_rate; "
-    "Toeplitz cosine factor, no gauge)",
-    "circle_label_order": "max over the two orientations of |(1/n) sum_i z_i e^{-+ i omega xi_i}|, z_i the "
-    "tokens in the complex coordinate of their best plane: 1 on the circle x_i = (cos omega xi_i, "
-    "sin omega xi_i) of the labels, about 0 unordered",
-    "first_token_rate_ratio": "the decay rate of first_token_distance on its first stretch in [1e-6, "
-    "1e-2], over the slowest rate of the linearisation near the first token's point: 1/2 for a causal "
-    "softmax layer (inclusive mask; attnflow.analysis.theory.first_token_rate), c e^beta k/n for k held "
-    "sources of the usa field (attnflow.analysis.theory.source_rate)",
-    "axis_rate_ratio": "the decay rate of 1 - min_i |<x_i, e>| on the last 3 points of its first stretch in "
-    "[1e-9, 1e-4], over "
-    "twice the slowest rate of the linearisation at +-e of the shared-map gradient layer "
-    "(attnflow.analysis.theory.axis_rate; W_Q = W_K = W_V = W, W_O = W^T, no gauge, usa, no mask)",
-    "axis_rate_ceiling": "the fastest over the slowest rate of that linearisation: axis_rate_ratio lies "
-    "between 1 and it",
-    "second_token_error": "|theta(t) - theta_ODE(t)|, theta the angle of the second token to the first one "
-    "(which never moves) and theta_ODE the closed-form two-token motion of a causal softmax layer with "
-    "values I (attnflow.analysis.theory.second_token_angle)",
-    "equiangular_error": "|mean_cosine(t) - rho(t)|, rho the equiangular reduction's ODE "
-    "(attnflow.analysis.theory.equiangular_rho) from the measured rho(0); equiangular data, Q = I, w = 1",
-    "equiangular_spread": "max_{i != j} |<x_i, x_j> - mean_cosine|: how far the state is from equiangular",
-}
-RATE_WINDOW = (1e-9, 1e-4)  # 1 - mean cosine: linear regime (|eps| ~ 1e-2: corrections 1e-4 relative),
-# 100x above the error floor of DP5 at rtol 1e-5 (1e-11, seen after the collapse)
-RATE_POINTS = 3  # saved times in the window needed for a fitted rate (E13 saves every 0.5: 4 in it)
-CIRCLE_WINDOW = (1e-6, 1e-4)  # planarity: past the faster modes (1e-4), 10x above the error floor of DP5 at
-# rtol 1e-6 (1e-7, seen after tau = 80)
-FIRST_TOKEN_WINDOW = (1e-6, 1e-2)  # first_token_distance: linear regime, 10x above DP5's error at rtol 1e-6
 
 
 @partial(jax.jit, static_argnames="block_size")
@@ -216,131 +178,6 @@ def series_values(ts, energies, mean_cos, gauge_mean_cos, e_max) -> dict[str, An
     }
 
 
-def _fitted_rate(ts: np.ndarray, deficit: np.ndarray, window: tuple[float, float] = RATE_WINDOW,
-                 last: int | None = None) -> float | None:  # fmt: skip
-    """``−`` the least-squares slope of ``log deficit`` over its first stretch of saved times in
-    ``window``: from its last entry below the top before it first falls below the bottom (after
-    that the solver's error floor), or its ``last`` points; None with fewer than :data:`RATE_POINTS`
-    points in the stretch."""
-    low, high = window
-    finite = np.isfinite(deficit)
-    below = np.flatnonzero(finite & (deficit < low))
-    stop = below[0] if below.size else len(deficit)
-    above = np.flatnonzero(~finite[:stop] | (deficit[:stop] > high))
-    start = above[-1] + 1 if above.size else 0
-    if stop - start < RATE_POINTS:
-        return None
-    if last is not None:  # the asymptotic end of the stretch: the slowest mode has taken over
-        start = max(start, stop - last)
-    return float(-np.polyfit(ts[start:stop], np.log(deficit[start:stop]), 1)[0])
-
-
-def _identity_values(head) -> bool:
-    """Values and output maps the identity (``W_V = W_O = I``)."""
-    value, output = np.asarray(head.value), np.asarray(head.output)
-    return value.shape[0] == value.shape[1] and np.array_equal(value, np.eye(len(value))) and np.array_equal(
-        output, np.eye(len(output)))  # fmt: skip
-
-
-def _shared(head) -> bool:
-    """Case (a) of a gradient head without a gauge: ``W_Q = W_K = W_V = W``, ``W_O = Wᵀ``."""
-    query, key, value, output = (np.asarray(m) for m in (head.query, head.key, head.value, head.output))
-    same = np.array_equal(query, key) and np.array_equal(query, value) and np.array_equal(output, query.T)
-    return same and head.gauge.is_identity
-
-
-def _identity_maps(head) -> bool:
-    """Every map of the head the identity: the paper's field as a layer."""
-    query, key = np.asarray(head.query), np.asarray(head.key)
-    eye = np.eye(*query.shape)
-    return _identity_values(head) and np.array_equal(query, eye) and np.array_equal(key, eye)
-
-
-def theory_values(sim: Simulation, w: np.ndarray, ts, mean_cos, gauge_mean_cos, xs, us,
-                  experiment: Experiment) -> list[dict[str, Any]]:  # fmt: skip
-    """:data:`THEORY_METRICS` of each seed (the same at every report time, except the equiangular
-    error, ``(T,)`` per seed), cosines ``(T, B)``, ``xs`` and the gauge frames ``us (T, B, n, d)``."""
-    from attnflow.analysis import theory
-
-    field = sim.field
-    heads = getattr(field, "heads", None)
-    profile = field.profile if heads else sim.kernel.profile
-    count = xs.shape[1]
-    blank = [{key: None for key in THEORY_METRICS} for _ in range(count)]
-    paper_head = heads is not None and len(heads) == 1 and _identity_maps(heads[0])
-    if paper_head:  # the paper's field as a layer (rotated values: "gradient"; plain: "logits_only")
-        w = np.asarray(heads[0].factor.dense(), dtype=np.float64)
-    value = getattr(field, "value", "gradient") if not paper_head else (
-        "gradient" if heads[0].values == "rotated" else "logits_only")  # fmt: skip
-    unmasked = field.causal is False and field.sources == 0 and field.normalization == "usa"
-    plain = profile.kind == "exp" and unmasked and (not is_layer(field) or paper_head)
-    beta, c = float(profile.beta), float(profile.c)
-    n = xs.shape[2]
-    init = experiment.config.get("init", {}).get("kind", "uniform")
-    if plain:
-        for b in range(count):
-            collapsing = gauge_mean_cos if value == "gradient" else mean_cos
-            fitted = _fitted_rate(ts, 1.0 - collapsing[:, b])
-            if fitted is None or not np.all(np.isfinite(us[-1, b])):
-                continue
-            slowest, fastest = theory.collapse_rates(us[-1, b], w, beta=beta, c=c)
-            blank[b]["collapse_rate_ratio"] = fitted / slowest
-            blank[b]["collapse_rate_ceiling"] = fastest / slowest
-    factor = sim.kernel.factor
-    circle = hasattr(factor, "omega") and sim.kernel.gauge.is_identity
-    if plain and not heads and value == "gradient" and circle:
-        omega, xi = float(factor.omega), np.asarray(factor.xi, dtype=np.float64)
-        expected = theory.circle_normal_rate(xi, omega, beta=beta, c=c)
-        for b in [b for b in range(count) if np.all(np.isfinite(xs[:, b]))]:
-            planes = np.linalg.eigh(np.einsum("tid,tie->tde", xs[:, b], xs[:, b]))[1]  # (T, d, d) ascending
-            planarity = np.max(np.abs(np.einsum("tid,td->ti", xs[:, b], planes[:, :, 0])), axis=1)
-            fitted = _fitted_rate(ts, planarity, CIRCLE_WINDOW)
-            blank[b]["circle_rate_ratio"] = None if fitted is None or expected <= 0 else fitted / expected
-            z = np.einsum("tid,td->ti", xs[:, b], planes[:, :, -1]) + 1j * np.einsum(
-                "tid,td->ti", xs[:, b], planes[:, :, -2])  # fmt: skip
-            phase = np.exp(1j * omega * xi)
-            blank[b]["circle_label_order"] = np.maximum(
-                np.abs(np.mean(z * phase.conj(), axis=1)), np.abs(np.mean(z * phase, axis=1)))  # fmt: skip
-    if heads is not None and len(heads) == 1 and unmasked and profile.kind == "exp" and _shared(heads[0]):
-        axis = _qk_axis(field)
-        weight = np.asarray(heads[0].query, dtype=np.float64)
-        for b in [b for b in range(count) if np.all(np.isfinite(xs[:, b]))]:
-            deficit = 1.0 - np.min(np.abs(xs[:, b] @ axis), axis=1)
-            fitted = _fitted_rate(ts, deficit, last=RATE_POINTS)
-            if fitted is not None:
-                slowest, fastest = theory.axis_rates(np.sign(xs[-1, b] @ axis), weight, beta=beta, c=c)
-                blank[b]["axis_rate_ratio"] = fitted / (2.0 * slowest)
-                blank[b]["axis_rate_ceiling"] = fastest / slowest
-    causal_sa = heads is not None and field.causal is not False and field.normalization == "sa"
-    held = paper_head and field.sources > 0 and field.causal is False and field.normalization == "usa"
-    if causal_sa and field.causal is True or held and heads[0].gauge.is_identity:
-        if held:
-            expected = theory.source_rate(n, field.sources, beta=beta, c=c)
-        else:
-            expected = theory.first_token_rate(n)
-        for b in range(count):
-            distance = np.max(np.linalg.norm(xs[:, b] - xs[0, b, 0], axis=-1), axis=-1)
-            fitted = _fitted_rate(ts, distance, FIRST_TOKEN_WINDOW)
-            blank[b]["first_token_rate_ratio"] = None if fitted is None else fitted / expected
-    if causal_sa and field.sources == 0 and len(heads) == 1 and _identity_values(heads[0]):
-        head = heads[0]
-        for b in [b for b in range(count) if np.all(np.isfinite(xs[:, b, :2]))]:
-            theta = theory.second_token_angle(ts, xs[0, b, 0], xs[0, b, 1], query=head.query, key=head.key,
-                                              beta=beta, strict=field.causal == "strict")  # fmt: skip
-            cosine = np.clip(np.einsum("td,d->t", xs[:, b, 1], xs[0, b, 0]), -1.0, 1.0)
-            blank[b]["second_token_error"] = np.abs(np.arccos(cosine) - theta)
-    flat = w is not None and bool(np.all(w == 1.0)) and sim.kernel.gauge.is_identity
-    if init == "equiangular" and flat and not is_layer(field) and profile.kind == "exp":
-        for b in range(count):
-            rho = theory.equiangular_rho(ts, rho0=float(mean_cos[0, b]), n=n, beta=beta, c=c,
-                                         normalization=field.normalization)  # fmt: skip
-            gram = np.einsum("tid,tjd->tij", xs[:, b], xs[:, b])
-            off = ~np.eye(n, dtype=bool)
-            blank[b]["equiangular_error"] = np.abs(mean_cos[:, b] - rho)
-            blank[b]["equiangular_spread"] = np.max(np.abs(gram[:, off] - mean_cos[:, b, None]), axis=1)
-    return blank
-
-
 def _time_indices(ts: np.ndarray, report_times: Sequence[float]) -> dict[str, int]:
     found = {time_label(None): len(ts) - 1}
     for t in report_times:
@@ -424,7 +261,7 @@ def measure(
     gauge_mean_cos = _mean_cosines(us) if gauged else mean_cos
     layer, axis = is_layer(sim.field), _qk_axis(sim.field)
     w = np.asarray(kernel.factor.dense(), dtype=np.float64) if not heads else None
-    theory = theory_values(sim, w, ts, mean_cos, gauge_mean_cos, xs, us, experiment)
+    theory = theory_values(sim, w, ts, mean_cos, gauge_mean_cos, xs, us, experiment, axis=axis)
     indices = _time_indices(ts, experiment.report_times)
     values = []
     for b, seed in enumerate(seeds):

@@ -2,7 +2,8 @@
 
 A :class:`Job` is one batch of seeds of an experiment's variant at one size; :func:`plan` lists
 them (checking that every metric an experiment names is measured, :data:`attnflow.io.outcomes.METRICS`
-or :data:`attnflow.workflows.reproduce_measure.LAYER_METRICS` / ``THEORY_METRICS``);
+or :data:`attnflow.workflows.reproduce_measure.LAYER_METRICS` or
+:data:`attnflow.workflows.reproduce_rates.THEORY_METRICS`);
 :func:`structure_key` says which jobs can share one compiled program.
 """
 
@@ -15,7 +16,8 @@ from collections.abc import Sequence
 from attnflow.io.outcomes import METRICS
 from attnflow.numerics.solve import snapshot_count
 from attnflow.workflows.experiments import Experiment, Variant, experiment_ids
-from attnflow.workflows.reproduce_measure import LAYER_METRICS, THEORY_METRICS
+from attnflow.workflows.reproduce_measure import LAYER_METRICS
+from attnflow.workflows.reproduce_rates import THEORY_METRICS
 
 MEASURED = {**METRICS, **LAYER_METRICS, **THEORY_METRICS}  # every name an expectation may use
 
