@@ -52,4 +52,10 @@ WHY: dict[str, str] = {
     "E13": "E1's orbit inside a layer of heads: with identity maps and rotated values a head is E1's "
     "field, so the gauge frame collapses and the content lies on the RoPE orbit. It ties the layer "
     "code to the model of E0-E9; with plain values (a RoPE layer) the orbit is not kept.",
+    "E14": "The one closed form that pins β, the clock and the normalisation at once: tokens started "
+    "with every pairwise cosine equal stay equiangular, and that cosine ρ(t) solves a scalar ODE "
+    "whose solution depends on β, on the time scale and on usa versus sa. The particles must follow "
+    "it to 1e-8 at several times, on the exact and on the expansion path. Most other experiments end "
+    "in a β-independent state; a wrong β, a clock at half speed or a softmax computed as usa fails "
+    "here.",
 }
