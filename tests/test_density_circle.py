@@ -492,6 +492,21 @@ def test_circle_gauge_from_the_core_gauges():
         dc.circle_gauge(gauges.IdentityGauge(n=5, d=3))
 
 
+def test_initial_density_checks_and_normalises():
+    theta = dc.grid_angles(16)
+    state = dc.make_circle_density(2.0 + np.cos(theta), grid=16, labels=3)
+    assert state.f.shape == (3, 16)
+    np.testing.assert_allclose(2.0 * np.pi * np.mean(np.asarray(state.f), axis=1), 1.0, rtol=1e-15)
+    with pytest.raises(ValueError, match=r"must have shape \(3, 16\) .* got \(2, 16\)"):
+        dc.make_circle_density(np.ones((2, 16)), grid=16, labels=3)
+    with pytest.raises(ValueError, match="must be non-negative; got -1 at label row 0, angle index 8"):
+        dc.make_circle_density(np.cos(theta), grid=16, labels=3)
+    with pytest.raises(ValueError, match="must be finite"):
+        dc.make_circle_density(np.full(16, np.nan), grid=16, labels=3)
+    with pytest.raises(ValueError, match="positive mass"):
+        dc.make_circle_density(np.zeros(16), grid=16, labels=3)
+
+
 def test_gauss_labels_integrate_polynomials():
     labels = dc.position_labels(5, rule="gauss")
     nodes, weights = np.asarray(labels.nodes), np.asarray(labels.weights)

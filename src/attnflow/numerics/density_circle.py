@@ -71,6 +71,7 @@ __all__ = [
     "circle_gauge_from_matrices",
     "grid_angles",
     "identity_circle_gauge",
+    "make_circle_density",
     "make_circle_field",
     "position_labels",
     "prompt_labels",
@@ -248,6 +249,36 @@ class CircleDensity:
 def grid_angles(grid: int) -> np.ndarray:
     """``θ_j = 2π j / grid``, ``j = 0..grid−1``."""
     return 2.0 * np.pi * np.arange(grid) / grid
+
+
+def make_circle_density(values, *, grid: int, labels: int, dtype=jnp.float64) -> CircleDensity:
+    """An initial state from grid values: ``(labels, grid)`` (one row per label node) or ``(grid,)`` /
+    ``(1, grid)`` (the same law for every label); finite and non-negative, each row rescaled to mass 1
+    (``∫ f dθ`` by the trapezoid rule, exact for the interpolant)."""
+    where = "density"
+    f = np.asarray(values, dtype=np.float64)
+    if f.ndim == 1:
+        f = f[None, :]
+    if f.ndim != 2 or f.shape[1] != grid or f.shape[0] not in (1, labels):
+        raise ValueError(
+            f"{where}: the initial density must have shape ({labels}, {grid}) (one row per label node) or "
+            f"({grid},); got {np.shape(values)}."
+        )
+    if not np.all(np.isfinite(f)):
+        raise ValueError(f"{where}: the initial density must be finite; got non-finite values.")
+    if f.min() < 0.0:
+        row, column = np.unravel_index(int(np.argmin(f)), f.shape)
+        raise ValueError(
+            f"{where}: the initial density must be non-negative; got {f.min():.3g} at label row {row}, angle "
+            f"index {column}."
+        )
+    mass = 2.0 * np.pi * f.mean(axis=1, keepdims=True)
+    if np.any(mass <= 0.0):
+        raise ValueError(
+            f"{where}: each label's initial density must have positive mass; got a row of zeros."
+        )
+    f = np.broadcast_to(f / mass, (labels, grid))
+    return CircleDensity(f=to_device(f, dtype))
 
 
 def uniform_density(grid: int, labels: int, *, dtype=jnp.float64) -> CircleDensity:
