@@ -24,6 +24,7 @@ TRAJECTORIES = ("rope_bias_sa_causal", "heads_rope_alibi_causal")  # the default
 SLOW_TRAJECTORIES = ("expansion_rope_toeplitz", "expansion_bias_shuffled")
 FIELD_CASES = (
     "paper_dense",
+    "rope_bias_causal_tiny",
     "rope_bias_sa_causal",
     "prompt_toeplitz_strict_logits",
     "rope_matrix_blocks",
@@ -43,6 +44,8 @@ PREFIX_CASES = (  # the expansion's prefix sums, at PREFIX_N tokens
 
 def size(case: str) -> int:
     """The number of tokens of ``case``."""
+    if case == "rope_bias_causal_tiny":
+        return 3  # fewer tokens than devices: one row each, the last device only padding
     return PREFIX_N if case in PREFIX_CASES else N
 
 
@@ -69,6 +72,8 @@ def build(case: str, n: int = N, d: int = D):
     field = dynamics.make_vector_field
     if case == "paper_dense":
         return field(kernel(gauges.IdentityGauge(n=n, d=d), factors.NoFactor(n=n)))
+    if case == "rope_bias_causal_tiny":
+        return field(kernel(rope(d), alibi), causal=True)
     if case == "rope_bias_sa_causal":
         return field(kernel(rope(d), alibi), normalization="sa", causal=True, sources=2, block_size=16)
     if case == "prompt_toeplitz_strict_logits":

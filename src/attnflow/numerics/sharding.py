@@ -9,8 +9,8 @@ and ``integrate`` take it unchanged.
 
 The exact sum ``g_i = Σ_j a_ij y_j`` (``jax.shard_map`` over the token axis):
 
-1. each device applies the gauge to its own rows (a gauge's arrays are per token, so they are
-   sharded with the rows) and forms its queries, keys and values;
+1. each device applies the gauge to its own rows (a gauge's arrays are per token: each device
+   reads the rows of its tokens) and forms its queries, keys and values;
 2. the keys and values are all-gathered (``O(n d)`` per device);
 3. each device sums its rows against every key in tiles of ``block_size`` rows × ``block_size``
    keys (``lax.map`` over its row blocks, ``lax.scan`` over the key blocks; under a causal mask
@@ -22,11 +22,14 @@ The exact sum ``g_i = Σ_j a_ij y_j`` (``jax.shard_map`` over the token axis):
    device slices its rows), so it stays replicated (``O(n d)``): XLA never shards the solver's
    state or snapshots, and every process can read them.
 
-What the local rows need: the rows of the gauge (sharded), the queries' causal mask by global
-token index (``p L + local index``), the factor's entries ``w_ij`` for the local ``i`` against
-every ``j`` (the factor's ``tile``): the label factors (``DistanceBias``, ``ToeplitzCos``) hold
-``O(n)`` labels and are replicated, a ``MatrixFactor`` is sharded by rows (``O(n²/P)`` per
-device). The bound on the
+What the local rows need: the rows of the gauge, the queries' causal mask by global token index
+(``p L + local index``), the factor's entries ``w_ij`` for the local ``i`` against every ``j``
+(the factor's ``tile``): the label factors (``DistanceBias``, ``ToeplitzCos``) by the labels of
+the local rows and of every key, a ``MatrixFactor`` by its local rows. Every array enters the
+``shard_map`` whole, as the field holds it, and each device slices its rows: the arrays the
+caller gives are never asked for split by rows, so XLA never shards the solver's state (gauge
+arrays given split by rows through ``in_specs`` came out wrong under ``jit`` at n = 3 on 4
+devices: a partitioning fault outside this module, avoided here). The bound on the
 logits of "usa" (``logit_bound``) is the global one (``pmax`` of the local query norms), so a
 shard's exponentials are those of the one-device sum. Every pair ``(i, j)`` is evaluated once, by
 the owner of row ``i``: twice the exponentials of the one-device symmetric tiles (which evaluate a
@@ -429,10 +432,6 @@ def _expansion_rows(field: AttentionField, prepared, axis: str, n: int, x, gauge
 # ----------------------------------------------------------------------------- the sharded field
 
 
-def _spec_like(tree, spec):
-    return jax.tree.map(lambda _: spec, tree)
-
-
 def _split_field(field) -> tuple[tuple, tuple]:
     """The wrapped field as ``(static, children)``: its class and scalar options, and for every other
     attribute its tree definition (static) and leaves (children). The expansion chooses its degree
@@ -493,8 +492,9 @@ class ShardedField:
 
     @property
     def numbers_traceable(self) -> bool:
-        """False: ``program_cache.split_field`` keeps a sharded field whole (by identity), since its
-        wrapped field is not a pytree; ``jax.jit`` over the field itself caches by structure."""
+        """False: a program cache that splits a dataclass field attribute by attribute keeps a
+        sharded field whole (by identity); ``jax.jit`` over it uses its own pytree registration
+        (the wrapped field's arrays as children), which caches by structure."""
         return False
 
     @property
@@ -512,60 +512,64 @@ class ShardedField:
     def __call__(self, x: jax.Array) -> jax.Array:
         n = x.shape[0]
         placement = self.placement
-        rows = placement.rows_per_shard(n) * placement.shards
-        tokens, whole = PartitionSpec(placement.axis), PartitionSpec()
+        local = placement.rows_per_shard(n)
+        rows = local * placement.shards
         pad = lambda tree: jax.tree.map(lambda a: _padded_rows(a, rows), tree)  # noqa: E731
         field = self.field
         if isinstance(field, HeadsField):
-            heads = tuple(_placed_head(head, pad) for head in field.heads)
-            specs = tuple(_head_specs(head, tokens, whole) for head in heads)
-            body = lambda x, heads, profile: _heads_rows(field, placement.axis, n, x, heads, profile)  # noqa: E731
-            operands, in_specs = (heads, field.profile), (specs, _spec_like(field.profile, whole))
+            heads = tuple(
+                _replaced(h, gauge=pad(h.gauge), factor=_padded_factor(h.factor, pad)) for h in field.heads
+            )
+
+            def body(x, heads, profile, mine):
+                heads = tuple(
+                    _replaced(h, gauge=mine(h.gauge), factor=_factor_rows(h.factor, mine)) for h in heads
+                )
+                return _heads_rows(field, placement.axis, n, x, heads, profile)
+
+            operands = (heads, field.profile)
         else:
             kernel = field.kernel
-            factor = pad(kernel.factor) if _row_sharded(kernel.factor) else kernel.factor
             if field.interaction == "expansion":
                 prepared = _expansion_plan(field, x.dtype)
-                body = lambda x, g, f, p: _expansion_rows(field, prepared, placement.axis, n, x, g, f, p)  # noqa: E731
+                rows_fn = lambda *args: _expansion_rows(field, prepared, *args)  # noqa: E731
             else:
-                body = lambda x, g, f, p: _attention_rows(field, placement.axis, n, x, g, f, p)  # noqa: E731
-            operands = (pad(kernel.gauge), factor, kernel.profile)
-            factor_spec = tokens if _row_sharded(factor) else whole
-            in_specs = (
-                _spec_like(operands[0], tokens),
-                _spec_like(factor, factor_spec),
-                _spec_like(kernel.profile, whole),
-            )
-        local = rows // placement.shards
+                rows_fn = lambda *args: _attention_rows(field, *args)  # noqa: E731
 
-        def rows_of(x, *operands):  # the state comes whole and leaves whole: each device takes its rows
-            here = jax.lax.dynamic_slice_in_dim(x, jax.lax.axis_index(placement.axis) * local, local)
-            return body(here, *operands)
+            def body(x, gauge, factor, profile, mine):
+                return rows_fn(placement.axis, n, x, mine(gauge), _factor_rows(factor, mine), profile)
 
+            operands = (pad(kernel.gauge), _padded_factor(kernel.factor, pad), kernel.profile)
+
+        def rows_of(x, *operands):
+            start = jax.lax.axis_index(placement.axis) * local
+            mine = lambda tree: jax.tree.map(lambda a: jax.lax.dynamic_slice_in_dim(a, start, local), tree)  # noqa: E731
+            return body(mine(x), *operands, mine)
+
+        # Everything enters whole and leaves whole; each device slices its own rows (of the state,
+        # of the gauge, of a matrix factor). Nothing asks XLA for an array split by rows, so it never
+        # shards the solver's state or snapshots across the devices (every process can read them);
+        # gauge arrays given split by rows (in_specs) came out wrong under jit at n = 3 on 4 devices.
+        whole = PartitionSpec()
         sharded = jax.shard_map(
-            rows_of, mesh=placement.mesh, in_specs=(whole, *in_specs), out_specs=whole, check_vma=False
+            rows_of, mesh=placement.mesh, in_specs=whole, out_specs=whole, check_vma=False
         )
-        # the state replicated on both sides: nothing asks for it by rows, so XLA never shards the
-        # solver's state or snapshots across the devices (every process can read them)
         return sharded(_padded_rows(x, rows), *operands)
 
 
-def _placed_head(head, pad):
-    """A head whose gauge (and a row-sharded factor) is padded to whole shards."""
-    factor = pad(head.factor) if _row_sharded(head.factor) else head.factor
-    return _replaced(head, gauge=pad(head.gauge), factor=factor)
+def _padded_factor(factor, pad):
+    """A row-sharded factor padded to whole shards (its rows are sliced per device), else itself."""
+    return pad(factor) if _row_sharded(factor) else factor
 
 
-def _head_specs(head, tokens, whole):
-    """The partition of a head: its maps whole, its gauge by rows, its factor whole or by rows."""
-    specs = _spec_like(head, whole)
-    factor_spec = tokens if _row_sharded(head.factor) else whole
-    return _replaced(specs, gauge=_spec_like(head.gauge, tokens), factor=_spec_like(head.factor, factor_spec))
+def _factor_rows(factor, mine):
+    """The device's rows of a row-sharded factor (``mine``), else the whole factor."""
+    return mine(factor) if _row_sharded(factor) else factor
 
 
 def _replaced(obj, **changes):
-    """A copy of the frozen dataclass ``obj`` with ``changes``, made without ``__init__`` (its
-    leaves may be partition specs, which no validation accepts)."""
+    """A copy of the frozen dataclass ``obj`` with ``changes``, made without ``__init__`` (inside a
+    trace: validated when it was made)."""
     copy = object.__new__(type(obj))
     for item in dataclasses.fields(obj):
         object.__setattr__(copy, item.name, changes.get(item.name, getattr(obj, item.name)))
