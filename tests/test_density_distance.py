@@ -172,6 +172,7 @@ def test_particles_approach_the_density_like_n_to_the_minus_half():
 
 
 @pytest.mark.slow
-def test_particles_approach_the_density_like_n_to_the_minus_half_to_16384():
-    slope, _ = _slope([256, 1024, 4096, 16384], seeds=8, batch=1)
-    assert -0.6 <= slope <= -0.4  # 8 seeds per n over a 64-fold range of n
+def test_particles_approach_the_density_like_n_to_the_minus_half_to_4096():
+    slope, distances = _slope([256, 1024, 4096], seeds=8, batch=1)
+    print("n^slope", slope, distances)
+    assert -0.6 <= slope <= -0.4  # 8 seeds per n over a 16-fold range of n, from 64 tokens per label

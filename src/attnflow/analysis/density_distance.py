@@ -13,6 +13,8 @@ A particle run holds angles ``θ_i`` and labels; each particle belongs to one la
   against its slice), the distance of SPEC §9's law per label.
 - :func:`sample_density`: samples of each label's density by inverse CDF (to start particles from
   the density's initial law).
+- :func:`sliced_w1_sphere`: the same on ``S^2 × labels``: particles ``(n, 3)`` against a density's grid
+  values with their quadrature weights (a refined grid keeps the cloud's own error small).
 - :func:`sliced_w1_density`: the sliced 1-Wasserstein distance of ``attnflow.analysis.distances``
   between labelled particles and the density's quadrature (a weighted point cloud on a refined grid),
   both embedded as ``(cos 2πs, sin 2πs, cos θ, sin θ)``, ``s`` the label's phase.
@@ -32,6 +34,7 @@ __all__ = [
     "labelled_circle_w1",
     "sample_density",
     "sliced_w1_density",
+    "sliced_w1_sphere",
     "weighted_w1_1d",
 ]
 
@@ -183,3 +186,36 @@ def sliced_w1_density(
     directions_ /= np.linalg.norm(directions_, axis=1, keepdims=True)
     ones = np.ones(points.shape[0])
     return float(np.mean([weighted_w1_1d(points @ v, ones, cloud @ v, cloud_weights) for v in directions_]))
+
+
+def sliced_w1_sphere(
+    x, label_index, f, points, area, nodes, weights, *, directions: int = 64, seed: int = 0
+) -> float:
+    """Sliced W1 between labelled particles ``x (n, 3)`` (label node ``label_index[i]``) and the law
+    ``Σ_l ρ_l f_l(y) dy``: ``f (L, k)`` the densities at the quadrature points ``points (k, 3)`` with
+    areas ``area (k,)`` (a Gauss–Legendre × uniform grid: ``w_j 2π/nlon``). Both embedded as
+    ``(cos 2πs, sin 2πs, x)``, ``s`` the node's label phase; negative values (Gibbs) carry no mass."""
+    f = np.asarray(f, dtype=np.float64)
+    points, area = np.asarray(points, dtype=np.float64), np.asarray(area, dtype=np.float64).ravel()
+    count = f.shape[0]
+    if f.ndim != 2 or points.shape != (f.shape[1], 3) or area.shape != (f.shape[1],):
+        raise ValueError(
+            f"sliced_w1_sphere: `f` must be (L, k) with `points` (k, 3) and `area` (k,); got {f.shape}, "
+            f"{points.shape}, {area.shape}."
+        )
+    phase = TWO_PI * label_phase(np.asarray(nodes, dtype=np.float64))
+    k = points.shape[0]
+    cloud = np.column_stack(
+        [np.repeat(np.cos(phase), k), np.repeat(np.sin(phase), k), np.tile(points, (count, 1))]
+    )
+    cloud_weights = (
+        np.asarray(weights, dtype=np.float64)[:, None] * np.maximum(f, 0.0) * area[None, :]
+    ).ravel()
+    x, label_index = np.asarray(x, dtype=np.float64), np.asarray(label_index).ravel()
+    particles = np.column_stack([np.cos(phase[label_index]), np.sin(phase[label_index]), x])
+    directions_ = np.random.default_rng(seed).standard_normal((directions, 5))
+    directions_ /= np.linalg.norm(directions_, axis=1, keepdims=True)
+    ones = np.ones(particles.shape[0])
+    return float(
+        np.mean([weighted_w1_1d(particles @ v, ones, cloud @ v, cloud_weights) for v in directions_])
+    )

@@ -64,6 +64,7 @@ __all__ = [
     "funk_hecke",
     "growth_rates",
     "make_sphere_field",
+    "pad_degrees",
     "gauge_frame_points",
     "kept_degrees",
     "resolution",
@@ -232,6 +233,10 @@ class SphereDensityField:
         per_label = jnp.sum(weight * (u * jnp.conj(state.a[:, :kept, :kept])).real, axis=(1, 2))
         return 0.5 * jnp.sum(self.labels.weights * per_label)
 
+    def areas(self) -> jax.Array:
+        """The quadrature areas of the grid points ``(nlat, nlon)`` (``w_j · 2π/nlon``; they sum to 4π)."""
+        return jnp.broadcast_to(self.weights[:, None] * (2.0 * np.pi / self.nlon), (self.mu.size, self.nlon))
+
     def initial(self, values: jax.Array) -> SphereDensity:
         """The state of grid values ``(L, nlat, nlon)`` (its projection on degrees ``≤ lmax``)."""
         return SphereDensity(a=self.analysis(values))
@@ -368,3 +373,13 @@ def gauge_frame_points(field: SphereDensityField, q) -> jax.Array:
     d = 3 is a rotation about the third axis; prompt gauges are ``haar_orthogonal(seed, K, 3)``."""
     q = jnp.asarray(q)
     return jnp.einsum("lij,iab->ljab", q, field.grid_points())  # (Qᵀx)_j = Σ_i Q_ij x_i
+
+
+def pad_degrees(state: SphereDensity, lmax: int) -> SphereDensity:
+    """The same band-limited law with coefficients up to ``lmax`` (zeros above): to evaluate it on the
+    finer grid of a field with that ``lmax`` (distances, plots)."""
+    a = state.a
+    extra = lmax + 1 - a.shape[-1]
+    if extra < 0:
+        raise ValueError(f"pad_degrees: `lmax` must be >= the state's {a.shape[-1] - 1}; got {lmax}.")
+    return SphereDensity(a=jnp.pad(a, [(0, 0)] * (a.ndim - 2) + [(0, extra), (0, extra)]))
