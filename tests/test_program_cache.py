@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import jax
 import numpy as np
 
 from attnflow.core.kernel import Kernel, Profile
+from attnflow.core.pytree import ByIdentity
 from attnflow.numerics import dynamics, integrators, private_folder, program_cache
-from attnflow.numerics.program_cache import OpaqueField, split_field
+from attnflow.numerics.program_cache import join_field, split_field
 from attnflow.numerics.solve import solve
 from helpers_core import factor_distance_bias, gauge_rope_full_period, make_kernel, uniform
 
@@ -21,18 +23,39 @@ def _field(n, beta):
     )
 
 
-def test_split_field_round_trip_and_opaque_functions():
+def test_fields_are_pytrees_and_plain_functions_their_own_structure():
     field = _field(8, 2.0)
-    structure, arrays = split_field(field)
-    rebuilt = structure.build(arrays)
+    structure, leaves = split_field(field)
+    rebuilt = join_field(structure, leaves)
     x = uniform(8, 3, seed=0)
     np.testing.assert_array_equal(np.asarray(rebuilt(x)), np.asarray(field(x)))  # the same field
     other, _ = split_field(_field(8, 5.0))
-    assert other == structure and hash(other) == hash(structure)  # beta is an array, not structure
+    assert other == structure and hash(other) == hash(structure)  # beta is a leaf, not structure
+    # a field's arrays are leaves under jax.jit: one trace for two fields of the same structure
+    traces = []
+
+    @jax.jit
+    def apply(f, x):
+        traces.append(1)
+        return f(x)
+
+    apply(field, x), apply(_field(8, 5.0), x)
+    assert len(traces) == 1
     opaque, none = split_field(np.sin)
-    assert isinstance(opaque, OpaqueField) and none == () and opaque.build(()) is np.sin
+    assert isinstance(opaque, ByIdentity) and none == () and join_field(opaque, ()) is np.sin
     assert split_field(np.sin)[0] == opaque and hash(split_field(np.sin)[0]) == hash(opaque)
     assert split_field(np.cos)[0] != opaque
+
+
+def test_the_expansion_holds_its_kernel_as_structure():
+    """Its degree is chosen from the concrete beta: its kernel is static (by identity), so two
+    expansion fields never share a program with each other's numbers."""
+    n = 8
+    kernel = make_kernel(gauge_rope_full_period(n), factor_distance_bias(n), beta=1.0)
+    a = dynamics.make_vector_field(kernel, interaction="expansion", tolerance=1e-6)
+    b = dynamics.make_vector_field(kernel, interaction="expansion", tolerance=1e-6)
+    assert split_field(a)[1] == () and split_field(a)[0] != split_field(b)[0]
+    assert split_field(a)[0] == split_field(a)[0]
 
 
 def test_second_solve_of_the_same_shape_compiles_nothing():
@@ -68,8 +91,6 @@ def test_kernel_numbers_are_arguments_profile_kind_is_structure():
 
 
 def test_persistent_cache_folder_is_private_and_overridable(tmp_path, monkeypatch):
-    import jax
-
     monkeypatch.setenv(private_folder.CACHE_ENV, str(tmp_path / "mine"))
     assert program_cache.persistent_cache_folder() == tmp_path / "mine"
     monkeypatch.delenv(private_folder.CACHE_ENV)

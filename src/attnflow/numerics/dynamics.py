@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from attnflow.core.kernel import Kernel
+from attnflow.core.pytree import pytree_field
 from attnflow.core.sphere import project
 from attnflow.numerics import expansion
 from attnflow.numerics.heads_field import hold_sources
@@ -41,12 +42,15 @@ PATHS = ("exact", "expansion")  # what runs; "auto" chooses one of them in make_
 VectorField = Callable[[jax.Array], jax.Array]
 
 
+@pytree_field(data_fields=["kernel"])
 @dataclasses.dataclass(frozen=True, eq=False)
 class AttentionField:
     """The vector field of the USA-AV dynamics for ``kernel``: ``field(x) -> v``, pure.
 
     A frozen object rather than a closure so that it pickles (the kernel is a pytree of arrays):
-    a batch of runs can be shipped to worker processes (``attnflow.numerics.batch``)."""
+    a batch of runs can be shipped to worker processes (``attnflow.numerics.batch``). A pytree:
+    the kernel's arrays are its leaves, the options its structure (``jax.jit`` over a field keeps
+    one program per structure)."""
 
     kernel: Kernel
     normalization: str = "usa"
@@ -80,8 +84,8 @@ class AttentionField:
 
     @property
     def numbers_traceable(self) -> bool:
-        """Whether the kernel's numbers may become program arguments (``program_cache``): not for
-        the expansion, whose degree is chosen from β when the field is made."""
+        """Whether the kernel's numbers are leaves (program arguments): not for the expansion,
+        whose degree is chosen from β when the field is made (its kernel is static, by identity)."""
         return self.interaction == "exact"
 
     @property

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 
 from attnflow.core.heads import Head, is_gradient_head
 from attnflow.core.kernel import Profile
+from attnflow.core.pytree import pytree_field
 from attnflow.core.sphere import project
 from attnflow.numerics import expansion
 from attnflow.numerics.summation import MASKS, NORMALIZATIONS, qkv_energy, qkv_sum
@@ -33,9 +34,11 @@ def hold_sources(v: jax.Array, sources: int) -> jax.Array:
     return v if sources == 0 else v.at[:sources].set(0.0)
 
 
+@pytree_field(data_fields=["heads", "profile"])
 @dataclasses.dataclass(frozen=True, eq=False)
 class HeadsField:
-    """``field(x) -> v`` for the heads ``heads`` (a tuple of :class:`Head`), pure and picklable."""
+    """``field(x) -> v`` for the heads ``heads`` (a tuple of :class:`Head`), pure and picklable; a
+    pytree whose leaves are the heads' and the profile's arrays."""
 
     heads: tuple
     profile: Profile
@@ -82,9 +85,9 @@ class HeadsField:
 
     @property
     def numbers_traceable(self) -> bool:
-        """Whether the heads' arrays may become program arguments (``program_cache``): a layer of
-        other maps, gauges' angles or slopes then reuses the program. Not for the expansion, whose
-        degree is chosen from the maps' norms when the field is made."""
+        """Whether the heads' arrays are leaves (program arguments): a layer of other maps, gauges'
+        angles or slopes then reuses the program. Not for the expansion, whose degree is chosen
+        from the maps' norms when the field is made."""
         return self.interaction == "exact"
 
     @property

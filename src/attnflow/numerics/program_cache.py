@@ -25,77 +25,33 @@ checked a file by name and opened it by name again.)
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import jax
 
+from attnflow.core.pytree import ByIdentity
 from attnflow.numerics.private_folder import cache_folder, check_private_folder
 
 _COUNTS = {"misses": 0}
-_SCALARS = (bool, int, float, complex, str, type(None))
 
 
-@dataclasses.dataclass(frozen=True)
-class FieldStructure:
-    """A dataclass field without its arrays: its class, its plain options and the pytree
-    structure of each array-valued attribute."""
-
-    cls: type
-    options: tuple[tuple[str, Any], ...]
-    trees: tuple[tuple[str, Any], ...]
-
-    def build(self, arrays: tuple) -> Any:
-        values = dict(self.options)
-        for (name, treedef), leaves in zip(self.trees, arrays, strict=True):
-            values[name] = jax.tree_util.tree_unflatten(treedef, leaves)
-        return self.cls(**values)
+def split_field(field) -> tuple[Any, tuple]:
+    """``(structure, leaves)``: how ``jax.jit`` sees a field. A field registered as a pytree (the
+    fields of :mod:`attnflow.numerics`) is its tree definition (its class and options: hashable)
+    and its arrays; anything else (a plain function) is its own structure, compared by identity,
+    with no leaves. ``join_field(structure, leaves)`` is the inverse."""
+    leaves, treedef = jax.tree_util.tree_flatten(field)
+    if jax.tree_util.treedef_is_leaf(treedef):
+        return ByIdentity(field), ()
+    return treedef, tuple(leaves)
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class OpaqueField:
-    """A field that cannot be split (a plain function): its own structure, compared by identity
-    (the cache entry holds the field, so its ``id`` is not reused while the entry lives)."""
-
-    field: Any
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, OpaqueField) and self.field is other.field
-
-    def __hash__(self) -> int:
-        return id(self.field)
-
-    def build(self, arrays: tuple) -> Any:  # noqa: ARG002
-        return self.field
-
-
-def split_field(field) -> tuple[FieldStructure | OpaqueField, tuple]:
-    """``(structure, arrays)`` with ``structure.build(arrays)`` equivalent to ``field``. A field
-    whose construction needs its numbers as concrete values (``numbers_traceable`` False, e.g.
-    the expansion, whose degree follows from β) is kept whole, compared by identity."""
-    if not dataclasses.is_dataclass(field) or isinstance(field, type):
-        return OpaqueField(field), ()
-    if not getattr(field, "numbers_traceable", True):
-        return OpaqueField(field), ()
-    options, trees, arrays = [], [], []
-    for item in dataclasses.fields(field):
-        if not item.init:
-            continue
-        value = getattr(field, item.name)
-        if isinstance(value, _SCALARS):
-            options.append((item.name, value))
-            continue
-        leaves, treedef = jax.tree_util.tree_flatten(value)
-        trees.append((item.name, treedef))
-        arrays.append(tuple(leaves))
-    structure = FieldStructure(type(field), tuple(options), tuple(trees))
-    try:
-        hash(structure)
-    except TypeError:
-        return OpaqueField(field), ()
-    return structure, tuple(arrays)
+def join_field(structure, leaves: tuple) -> Any:
+    if isinstance(structure, ByIdentity):
+        return structure.value
+    return jax.tree_util.tree_unflatten(structure, leaves)
 
 
 def count_trace() -> None:

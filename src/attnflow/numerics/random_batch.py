@@ -33,6 +33,7 @@ import jax.numpy as jnp
 
 from attnflow.core import factors
 from attnflow.core.kernel import Kernel
+from attnflow.core.pytree import pytree_field
 from attnflow.core.sphere import project
 from attnflow.numerics.dynamics import VALUES, VectorField
 from attnflow.numerics.integrators import Integrator
@@ -127,6 +128,7 @@ def make_random_batch_field(
     return field
 
 
+@pytree_field(data_fields=["kernel"])
 @dataclasses.dataclass(frozen=True, eq=False)
 class RandomBatchField:
     """The random-batch approximation as a stochastic field: ``field(x, key)`` draws a partition

@@ -201,16 +201,16 @@ def _flatten_problem(problem: Problem):
     """Children: the field's arrays (``program_cache.split_field``), the step policy (its ``dt`` or
     tolerances) and the snapshot times (``t_end``, ``save_every``); static: the field's structure,
     the method and the noise."""
-    structure, arrays = program_cache.split_field(problem.field)
-    return (arrays, problem.stepsize, problem.saveat), (structure, problem.method, problem.noise)
+    structure, leaves = program_cache.split_field(problem.field)
+    return (leaves, problem.stepsize, problem.saveat), (structure, problem.method, problem.noise)
 
 
 def _unflatten_problem(static, children) -> Problem:
-    (structure, method, noise), (arrays, stepsize, saveat) = static, children
+    (structure, method, noise), (leaves, stepsize, saveat) = static, children
     problem = object.__new__(Problem)  # no validation of traced numbers (as JAX's own dataclasses)
     for name, value in zip(
         ("field", "method", "stepsize", "saveat", "noise"),
-        (structure.build(arrays), method, stepsize, saveat, noise),
+        (program_cache.join_field(structure, leaves), method, stepsize, saveat, noise),
         strict=True,
     ):
         object.__setattr__(problem, name, value)
