@@ -33,12 +33,17 @@ FIELD_CASES = (
     "heads_prompt_matrix_sa_strict",
     "expansion_rope_toeplitz",
 )
+# the slow test's: the heads by the expansion (their one-device reference runs op by op) and the
+# expansion's prefix sums (PREFIX_CASES)
+SLOW_FIELD_CASES = ("heads_expansion_toeplitz",)
 PREFIX_CASES = (  # the expansion's prefix sums, at PREFIX_N tokens
     "expansion_identity_sa_logits",
     "expansion_toeplitz_causal",
     "expansion_none_sa_strict",
     "expansion_bias_causal_decreasing",
     "expansion_bias_shuffled",
+    "heads_expansion_alibi_causal",
+    "heads_expansion_bias_shuffled_sa",
 )
 
 
@@ -126,7 +131,31 @@ def build(case: str, n: int = N, d: int = D):
             for h in range(2)
         ]
         return HeadsField(tuple(heads), profile, normalization="sa", causal="strict", sources=1, block_size=8)
-    raise ValueError(f"sharding_cases: `case` must be one of {FIELD_CASES + PREFIX_CASES}; got {case!r}.")
+    # heads by the expansion: orthogonal maps (|W_Q|₂ = |W_K|₂ = 1, so beta' = beta = 1: a low degree)
+    unit_maps = H.orthogonal_maps(5, 2, head_dim, d)
+    unit = lambda h, gauge, factor, values="rotated": H.make_head(  # noqa: E731
+        *(unit_maps[name][h] for name in H.MAP_NAMES), gauge=gauge, factor=factor, values=values
+    )
+    mild_profile = make_profile("exp", beta=1.0)
+    if case == "heads_expansion_toeplitz":
+        heads = [unit(h, rope(head_dim), toeplitz, "plain") for h in range(2)]
+        return HeadsField(tuple(heads), mild_profile, **expansion)
+    circle_h = gauges.make_rope(xi, head_dim, gauges.rope_frequencies(head_dim, kind="full_period", n=n))
+    if case == "heads_expansion_alibi_causal":
+        heads = [
+            unit(h, circle_h, factors.DistanceBias(xi=jnp.asarray(xi / 10), slope=jnp.asarray(slopes[h])))
+            for h in range(2)
+        ]
+        return HeadsField(tuple(heads), mild_profile, causal="strict", sources=1, **expansion)
+    if case == "heads_expansion_bias_shuffled_sa":
+        shuffled = np.random.default_rng(2).permutation(n) / 10.0
+        bias = factors.DistanceBias(xi=jnp.asarray(shuffled), slope=jnp.asarray(0.3))
+        heads = [unit(h, circle_h, bias, "plain") for h in range(2)]
+        return HeadsField(tuple(heads), mild_profile, normalization="sa", **expansion)
+    raise ValueError(
+        f"sharding_cases: `case` must be one of {(*FIELD_CASES, *SLOW_FIELD_CASES, *PREFIX_CASES)}; "
+        f"got {case!r}."
+    )
 
 
 def _steps(field, x):
@@ -145,6 +174,7 @@ def measure(cases, *, trajectories=(), placement=None, d: int = D) -> dict:
 
     from attnflow.core import sphere
     from attnflow.numerics import sharding
+    from attnflow.numerics.heads_field import HeadsField
 
     out = {}
     for case in cases:
@@ -152,7 +182,10 @@ def measure(cases, *, trajectories=(), placement=None, d: int = D) -> dict:
         x = sphere.sample_uniform(0, n, d)
         field = build(case, n, d)
         sharded = sharding.shard_tokens(field, placement)
-        one = jax.jit(field)(x)
+        if isinstance(field, HeadsField) and field.interaction == "expansion":
+            one = field(x)  # op by op: expansion_qkv_sum refuses to be traced (its beta' is a jnp value)
+        else:
+            one = jax.jit(lambda x, field=field: field(x))(x)  # the field closed over
         many = jax.jit(lambda f, x: f(x))(sharded, x)  # the sharded field as a pytree argument
         result = {"field": float(jnp.max(jnp.abs(many - one))), "scale": float(jnp.max(jnp.abs(one)))}
         result["trajectory"] = None

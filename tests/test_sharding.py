@@ -77,8 +77,9 @@ def test_sharded_field_equals_one_device(four_devices, case):
 def test_sharded_expansion_prefix_sums_equal_one_device():
     """The expansion's causal and distance-bias prefix sums, cut into 4 pieces carried across the
     devices: the pairs summed exactly (inside a chunk) are those of one device, so the two agree to
-    round-off, not just to the expansion's tolerance; and two trajectories of the expansion."""
-    names = (*cases.PREFIX_CASES, "expansion_rope_toeplitz")
+    round-off, not just to the expansion's tolerance; the same for layers of heads; and two
+    trajectories of the paper's field by the expansion."""
+    names = (*cases.PREFIX_CASES, *cases.SLOW_FIELD_CASES, "expansion_rope_toeplitz")
     result = _four_devices(names, cases.SLOW_TRAJECTORIES)
     assert result["devices"] == 4
     for case in names:
@@ -172,18 +173,3 @@ def test_errors_name_the_parameter():
         ValueError, match=r"sharding: `devices` must be a non-empty list of devices; got \[\]\."
     ):
         sharding.make_token_mesh([])
-
-
-def test_the_expansion_of_heads_is_refused():
-    from attnflow.core import heads as H
-    from attnflow.numerics.heads_field import HeadsField
-
-    n, d = 8, 3
-    maps = H.identity_maps(1, d, d)
-    head = H.make_head(*(maps[name][0] for name in H.MAP_NAMES), gauge=gauges.IdentityGauge(n=n, d=d),
-                       factor=factors.NoFactor(n=n))  # fmt: skip
-    field = HeadsField((head,), make_profile("exp", beta=1.0), interaction="expansion", tolerance=1e-6)
-    with pytest.raises(
-        ValueError, match=r"sharding: `interaction` 'expansion' is sharded for the paper's field only"
-    ):
-        sharding.ShardedField(field, _one_device())

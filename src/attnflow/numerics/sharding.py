@@ -35,15 +35,17 @@ shard's exponentials are those of the one-device sum. Every pair ``(i, j)`` is e
 the owner of row ``i``: twice the exponentials of the one-device symmetric tiles (which evaluate a
 tile pair once for both of its rows), the price of rows that stay local.
 
-The expansion (``interaction = "expansion"``, paper's field only): without a mask and without the
-distance bias, the moments ``M = Σ_j F(k_j)ᵀ [a_j y_j]`` of the local tokens are added over the
-devices (``psum``) and each device evaluates its own rows against them (``O(n R d / P)`` work per
-device and one ``R × T d'`` reduction). The causal and distance-bias prefix sums
-(``expansion._prefix_sum``: token order, or label order before and after each token) are cut into
-``P`` contiguous pieces of whole ``PREFIX_CHUNK`` chunks, so that the pairs summed exactly (inside
-a chunk) are those of one device; each device runs its piece from the carry of the pieces before
-it: their moments, all-gathered and folded in order by a ``lax.scan`` over the pieces (the decay
-of the distance bias applied between the pieces' last labels).
+The expansion (``interaction = "expansion"``; the paper's field and layers of heads, whose
+queries and keys are rescaled by ``|W_Q|₂``, ``|W_K|₂`` as in ``expansion.expansion_qkv_sum``):
+without a mask and without the distance bias, the moments ``M = Σ_j F(k_j)ᵀ [a_j y_j]`` of the
+local tokens are added over the devices (``psum``) and each device evaluates its own rows against
+them (``O(n R d / P)`` work per device and one ``R × T d'`` reduction). The causal and
+distance-bias prefix sums (``expansion._prefix_sum``: token order, or label order before and after
+each token) are cut into ``P`` contiguous pieces of whole ``PREFIX_CHUNK`` chunks, so that the
+pairs summed exactly (inside a chunk) are those of one device; each device runs its piece from
+the carry of the pieces before it: their moments, all-gathered and folded in order by a
+``lax.scan`` over the pieces (the decay of the distance bias applied between the pieces' last
+labels).
 
 The results agree with one device to round-off (the sums are regrouped: tiles of rows against
 keys instead of symmetric tiles, a running row maximum for "sa"): ``tests/test_sharding.py``
@@ -66,6 +68,8 @@ import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
 from attnflow.core import factors
+from attnflow.core.heads import head_norms
+from attnflow.core.kernel import Kernel, Profile
 from attnflow.core.pytree import pytree_dataclass
 from attnflow.core.sphere import project
 from attnflow.numerics import expansion
@@ -345,23 +349,27 @@ def _moments(plan, k_chunks, y_chunks, a_chunks) -> jax.Array:
     return jax.lax.scan(accumulate, init, (k_chunks, y_chunks, a_chunks))[0]
 
 
-def _sharded_prefix(plan, profile, u, y, a, zeta, slope, *, strict: bool, axis: str, shards: int):
-    """``expansion._prefix_sum`` of every token (``u``, ``y``, ``a``, ``zeta`` in processing order, on
-    every device) with the order cut into ``shards`` contiguous pieces of whole ``PREFIX_CHUNK``
-    chunks, so that the pairs summed exactly are those of one device. Each device sums its piece
-    from the carry of the pieces before it: their moments (``all_gather``, ``R × T d'`` each)
-    folded in order (a ``lax.scan`` over the pieces). Returns the sums of every token."""
-    n = u.shape[0]
+def _sharded_prefix(
+    plan, profile, q, k, y, a, zeta, slope, *, strict: bool, same: bool, axis: str, shards: int
+):
+    """``expansion._prefix_sum`` of every token (``q``, ``k``, ``y``, ``a``, ``zeta`` in processing
+    order, on every device; ``same``: ``q`` is ``k``) with the order cut into ``shards`` contiguous
+    pieces of whole ``PREFIX_CHUNK`` chunks, so that the pairs summed exactly are those of one
+    device. Each device sums its piece from the carry of the pieces before it: their moments
+    (``all_gather``, ``R × T d'`` each) folded in order (a ``lax.scan`` over the pieces). Returns
+    the sums of every token."""
+    n = k.shape[0]
     chunk = expansion.PREFIX_CHUNK
     rows = -(-n // (shards * chunk)) * chunk
     total = rows * shards
     zeros = lambda t: jnp.pad(t, [(0, total - n)] + [(0, 0)] * (t.ndim - 1))  # noqa: E731
-    u, zeta, y, a = _padded_rows(u, total), _padded_rows(zeta, total), zeros(y), zeros(a)  # padding adds 0
+    q, k, zeta = _padded_rows(q, total), _padded_rows(k, total), _padded_rows(zeta, total)
+    y, a = zeros(y), zeros(a)  # the padding tokens add nothing
     p = jax.lax.axis_index(axis)
-    up, yp, ap, zp = (jax.lax.dynamic_slice_in_dim(t, p * rows, rows) for t in (u, y, a, zeta))
+    qp, kp, yp, ap, zp = (jax.lax.dynamic_slice_in_dim(t, p * rows, rows) for t in (q, k, y, a, zeta))
     last = zp[-1]
     chunked = lambda t: expansion._chunked(t, chunk)  # noqa: E731  (whole chunks: rows is a multiple)
-    own = _moments(plan, chunked(up), chunked(yp), chunked(ap * jnp.exp(-slope * (last - zp))[:, None]))
+    own = _moments(plan, chunked(kp), chunked(yp), chunked(ap * jnp.exp(-slope * (last - zp))[:, None]))
     owns, lasts = jax.lax.all_gather(own, axis), jax.lax.all_gather(last, axis)
 
     def fold(carry, piece):
@@ -372,61 +380,119 @@ def _sharded_prefix(plan, profile, u, y, a, zeta, slope, *, strict: bool, axis: 
 
     start = (jnp.zeros_like(own), zeta[0])
     carry, _ = jax.lax.scan(fold, start, (owns, lasts, jnp.arange(shards)))
-    out = _prefix_sum_from(plan, profile, up, up, yp, ap, zp, slope, carry, strict=strict, same=True)
+    out = _prefix_sum_from(plan, profile, qp, kp, yp, ap, zp, slope, carry, strict=strict, same=same)
     return jax.lax.all_gather(out, axis, tiled=True)[:n]
 
 
-def _expansion_rows(field: AttentionField, prepared, axis: str, n: int, x, gauge, factor, profile):
-    """One device's rows of the expansion. No mask and no distance bias: the moments of the local
-    tokens are added over the devices (``psum``), then each device evaluates its rows against them.
-    Otherwise the prefix sums of ``_sharded_prefix``, in token order (causal) or in label order
-    (the distance bias: the tokens before and after each one, as ``expansion._kernel_sum``)."""
-    plan, direction = prepared
-    offset = jax.lax.axis_index(axis) * x.shape[0]
-    d, dtype = x.shape[1], x.dtype
-    u = gauge.apply(x)
-    y = u if field.value == "gradient" else x
-    sa = field.normalization == "sa"
-    if sa:
-        y = jnp.concatenate([y, jnp.ones((y.shape[0], 1), dtype)], axis=1)
-    rows = jnp.arange(x.shape[0])
+def _expansion_sum(plan, factor, profile, q, k, y, *, causal, direction: float, axis: str, n: int):
+    """``Σ_j w_ij p_L(⟨q_i, k_j⟩) y_j`` (``j <= i`` or ``j < i`` when causal) for this device's rows,
+    unnormalised: ``expansion._kernel_sum`` sharded (``q``, ``k``, ``y``: the device's rows; ``q is
+    k`` for the paper's kernel). No mask and no distance bias: the moments of the local tokens are
+    added over the devices (``psum``), then each device evaluates its rows against them. Otherwise
+    the prefix sums of ``_sharded_prefix``, in token order (causal) or in label order (the
+    distance bias: the tokens before and after each one)."""
+    here, dtype, same = q.shape[0], q.dtype, q is k
+    offset = jax.lax.axis_index(axis) * here
+    rows = jnp.arange(here)
     global_idx = jnp.minimum(offset + rows, n - 1)
     labels = expansion._label_terms(factor, n, dtype)
     bias = isinstance(factor, factors.DistanceBias)
-    if field.causal is False and not bias:
+    if causal is False and not bias:
         a = labels[global_idx]
         real = (offset + rows < n).astype(dtype)[:, None]  # padding rows add nothing
-        chunk = _chunk(plan, x.shape[0])
-        chunks = (expansion._chunked(u, chunk), expansion._chunked(y, chunk), expansion._chunked(a, chunk))
-        moments = jax.lax.psum(_moments(plan, *chunks[:2], expansion._chunked(a * real, chunk)), axis)
+        chunk = _chunk(plan, here)
+        chunked = lambda t: expansion._chunked(t, chunk)  # noqa: E731
+        moments = jax.lax.psum(_moments(plan, chunked(k), chunked(y), chunked(a * real)), axis)
         weighted = moments * plan.weights[:, None]
-        summed = jax.lax.map(lambda c: expansion._gather(c[2], plan.features(c[0]) @ weighted), chunks)
-        summed = summed.reshape(-1, y.shape[1])[: x.shape[0]]
-    else:
-        shards = jax.lax.axis_size(axis)
-        prefix = lambda u, y, zeta, slope, strict: _sharded_prefix(  # noqa: E731
-            plan, profile, u, y, labels, zeta, slope, strict=strict, axis=axis, shards=shards
-        )
-        u_all, y_all = _gathered(u, axis, n), _gathered(y, axis, n)
-        if field.causal is not False:
-            strict = field.causal == "strict"
-            if bias:
-                zeta, slope = direction * factor.xi.astype(dtype), factor.slope.astype(dtype)
-            else:
-                zeta, slope = jnp.zeros(n, dtype), jnp.zeros((), dtype)
-            summed_all = prefix(u_all, y_all, zeta, slope, strict)
+        evaluate = lambda c: expansion._gather(c[1], plan.features(c[0]) @ weighted)  # noqa: E731
+        summed = jax.lax.map(evaluate, (chunked(q), chunked(a)))
+        return summed.reshape(-1, y.shape[1])[:here]
+    shards = jax.lax.axis_size(axis)
+
+    def prefix(q, k, y, zeta, slope, strict):
+        options = dict(strict=strict, same=same, axis=axis, shards=shards)
+        return _sharded_prefix(plan, profile, q, k, y, labels, zeta, slope, **options)
+
+    k_all, y_all = _gathered(k, axis, n), _gathered(y, axis, n)
+    q_all = k_all if same else _gathered(q, axis, n)
+    if causal is not False:
+        if bias:
+            zeta, slope = direction * factor.xi.astype(dtype), factor.slope.astype(dtype)
         else:
-            order = jnp.argsort(factor.xi)
-            zeta, slope = factor.xi.astype(dtype)[order], factor.slope.astype(dtype)
-            us, ys = u_all[order], y_all[order]
-            before = prefix(us, ys, zeta, slope, False)
-            after = prefix(us[::-1], ys[::-1], -zeta[::-1], slope, True)
-            summed_all = jnp.zeros_like(y_all).at[order].set(before + after[::-1])
-        summed = summed_all[global_idx]
-    g = _normalised(summed, d, sa=sa, scale=profile.scale, n=n, guard=field.causal == "strict")
+            zeta, slope = jnp.zeros(n, dtype), jnp.zeros((), dtype)
+        summed_all = prefix(q_all, k_all, y_all, zeta, slope, causal == "strict")
+    else:
+        order = jnp.argsort(factor.xi)
+        zeta, slope = factor.xi.astype(dtype)[order], factor.slope.astype(dtype)
+        ks, ys = k_all[order], y_all[order]
+        qs = ks if same else q_all[order]
+        before = prefix(qs, ks, ys, zeta, slope, False)
+        k_back = ks[::-1]
+        after = prefix(k_back if same else qs[::-1], k_back, ys[::-1], -zeta[::-1], slope, True)
+        summed_all = jnp.zeros_like(y_all).at[order].set(before + after[::-1])
+    return summed_all[global_idx]
+
+
+def _with_ones(y: jax.Array, sa: bool) -> jax.Array:
+    """``y`` with a column of ones for "sa" (the softmax denominators come out of the same sum)."""
+    return jnp.concatenate([y, jnp.ones((y.shape[0], 1), y.dtype)], axis=1) if sa else y
+
+
+def _expansion_rows(field: AttentionField, prepared, axis: str, n: int, x, gauge, factor, profile):
+    """One device's rows of the paper's field by the expansion (``expansion.expansion_sum``)."""
+    plan, direction = prepared
+    offset = jax.lax.axis_index(axis) * x.shape[0]
+    u = gauge.apply(x)
+    sa = field.normalization == "sa"
+    y = _with_ones(u if field.value == "gradient" else x, sa)
+    options = dict(causal=field.causal, direction=direction, axis=axis, n=n)
+    summed = _expansion_sum(plan, factor, profile, u, u, y, **options)
+    g = _normalised(summed, x.shape[1], sa=sa, scale=profile.scale, n=n, guard=field.causal == "strict")
     if field.value == "gradient":
         g = gauge.apply_transpose(g)
     return _gathered(_held(project(x, g), offset, field.sources), axis, n)
+
+
+def _scaled(head, profile):
+    """``expansion._scaled`` with the numbers made by NumPy: ``(|W_Q|₂, |W_K|₂, profile of β' = β
+    |W_Q|₂ |W_K|₂)``, concrete even while a program is traced (``expansion._scaled`` makes β' with
+    ``jnp.asarray``, a traced value inside ``jit``, which its own degree check then refuses)."""
+    nq, nk = head_norms(head)
+    beta = np.asarray(float(profile.beta) * nq * nk, np.asarray(profile.beta).dtype)
+    return nq, nk, Profile(kind=profile.kind, beta=beta, c=np.asarray(profile.c))
+
+
+def _heads_plans(field: HeadsField, dtype) -> tuple:
+    """Per head, the expansion of ``expansion.expansion_qkv_sum``, made before tracing: the norms
+    ``|W_Q|₂``, ``|W_K|₂``, the profile of ``β' = β |W_Q|₂ |W_K|₂``, the plan and the direction of
+    the labels of a causal distance bias."""
+    plans = []
+    for head in field.heads:
+        nq, nk, scaled = _scaled(head, field.profile)
+        kernel = Kernel(head.gauge, head.factor, scaled)
+        degree = expansion._check(kernel, head.head_dim, field.normalization, field.tolerance)
+        direction = 1.0
+        if field.causal is not False and isinstance(head.factor, factors.DistanceBias):
+            direction = expansion._monotone_direction(head.factor.xi)
+        plan = expansion._Plan(float(scaled.beta), degree, head.head_dim, dtype)
+        plans.append((nq, nk, scaled, plan, direction))
+    return tuple(plans)
+
+
+def _heads_expansion_rows(field: HeadsField, plans, axis: str, n: int, x, heads):
+    """One device's rows of a layer of heads by the expansion (``expansion.expansion_qkv_sum``)."""
+    offset = jax.lax.axis_index(axis) * x.shape[0]
+    sa = field.normalization == "sa"
+    total = jnp.zeros_like(x)
+    for head, (nq, nk, scaled, plan, direction) in zip(heads, plans, strict=True):
+        q = head.queries(x) / jnp.asarray(nq, x.dtype)
+        k = head.keys(x) / jnp.asarray(nk, x.dtype)
+        v = head.value_vectors(x)
+        options = dict(causal=field.causal, direction=direction, axis=axis, n=n)
+        summed = _expansion_sum(plan, head.factor, scaled, q, k, _with_ones(v, sa), **options)
+        g = _normalised(summed, v.shape[1], sa=sa, scale=scaled.scale, n=n, guard=True)
+        total = total + head.read_out(g)
+    return _gathered(_held(project(x, total), offset, field.sources), axis, n)
 
 
 # ----------------------------------------------------------------------------- the sharded field
@@ -483,12 +549,6 @@ class ShardedField:
                 "sharding: `placement` must be a TokenMesh (make_token_mesh()); "
                 f"got {type(self.placement).__name__}."
             )
-        if self.field.interaction == "expansion":
-            if isinstance(self.field, HeadsField):
-                raise ValueError(
-                    "sharding: `interaction` 'expansion' is sharded for the paper's field only; got a "
-                    "HeadsField. Use interaction 'exact'."
-                )
 
     @property
     def numbers_traceable(self) -> bool:
@@ -521,10 +581,13 @@ class ShardedField:
                 _replaced(h, gauge=pad(h.gauge), factor=_padded_factor(h.factor, pad)) for h in field.heads
             )
 
+            plans = _heads_plans(field, x.dtype) if field.interaction == "expansion" else None
+
             def body(x, heads, profile, mine):
-                heads = tuple(
-                    _replaced(h, gauge=mine(h.gauge), factor=_factor_rows(h.factor, mine)) for h in heads
-                )
+                own = lambda h: _replaced(h, gauge=mine(h.gauge), factor=_factor_rows(h.factor, mine))  # noqa: E731
+                heads = tuple(own(h) for h in heads)
+                if plans is not None:
+                    return _heads_expansion_rows(field, plans, placement.axis, n, x, heads)
                 return _heads_rows(field, placement.axis, n, x, heads, profile)
 
             operands = (heads, field.profile)
