@@ -94,9 +94,15 @@ def layout_problems(fig: Figure) -> list[str]:
     for ax_a, a, box_a in texts:
         for ax_b in fig.axes:
             boxes = getattr(ax_b, "panel_boxes", None)
-            if boxes is not None:  # one Axes under several panels: each panel's own square counts
-                for rect in boxes:
-                    if _overlap(box_a, Bbox.from_bounds(*rect).transformed(fig.transFigure)):
+            if boxes is not None:  # one Axes under several panels: each panel's own box counts
+                for k, rect in enumerate(boxes):
+                    panel = Bbox.from_bounds(*rect).transformed(fig.transFigure)
+                    if getattr(a, "panel_index", None) == k:  # a legend inside its own panel: inside it
+                        inside = _shrunk(box_a)
+                        if not (panel.x0 <= inside.x0 and inside.x1 <= panel.x1 and panel.y0 <= inside.y0
+                                and inside.y1 <= panel.y1):  # fmt: skip
+                            problems.append(f"leaves its panel: {a.get_text()!r} of {_name(ax_a)}")
+                    elif _overlap(box_a, panel):
                         problems.append(f"on another panel: {a.get_text()!r} of {_name(ax_a)} over a panel")
                 continue
             if ax_b is ax_a or not ax_b.get_visible() or getattr(ax_b, "name", "") == "3d":

@@ -110,11 +110,18 @@ def test_series_panels_end_at_each_groups_own_horizon(tmp_path, monkeypatch):
     short, long = np.linspace(0.0, 20.0, 11), np.linspace(0.0, 100.0, 11)
     groups = [("E1", [("a", short, short)]), ("E5", [("b", long, long), ("c", long, -long)])]
     write_series_panels(tmp_path / "p.png", groups, ylabel="y")
-    axes = figures["p.png"].axes
-    assert [a.get_xlim()[1] for a in axes] == [20.0, 100.0]
-    assert [a.get_title() for a in axes] == ["E1 (a)", "E5"]  # one curve: named in the title
-    assert axes[0].get_legend() is None and axes[1].get_legend() is not None
-    assert len({tuple(line.get_color()) for line in axes[1].get_lines()}) == 2
+    (ax,) = figures["p.png"].axes  # every panel on one Axes (inches), each with its own limits
+    assert ax.panel_limits == [(0.0, 20.0), (0.0, 100.0)]
+    texts = [t.get_text() for t in ax.texts]
+    assert "E1 (a)" in texts and "E5" in texts  # one curve: named in the title, no legend
+    assert "a" not in texts and {"b", "c"} <= set(texts)  # two curves: a legend
+    curves = {line.get_label(): line for line in ax.get_lines() if line.get_label() in ("a", "b", "c")}
+    assert len({tuple(curves[k].get_color()) for k in "bc"}) == 2
+    # each panel's x-axis ends at its own last time: its curve's last point on its box's right edge
+    for (left, _, width, _), name in zip(ax.panel_boxes, "ab", strict=True):
+        right_edge = (left + width) * ax.get_xlim()[1]
+        assert curves[name].get_xdata()[-1] == pytest.approx(right_edge)
+        assert curves[name].get_xdata()[0] == pytest.approx(left * ax.get_xlim()[1])  # t = 0 on the left
 
 
 def test_orbit_target_figure_overlays_the_target_density(tmp_path, monkeypatch):

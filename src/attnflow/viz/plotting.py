@@ -975,43 +975,178 @@ def write_series_panels(
     cols = min(ncols, len(groups))
     nrows = math.ceil(len(groups) / cols)
     panel_w, panel_h = 3.4, 2.5
-    # placed in inches, no layout pass (it doubled the cost of a 16-panel figure): each cell keeps
-    # room on its left for log-axis tick labels (10^-63 at 8 pt) and the y label, below for the t
-    # ticks and label, above for the title (tests/test_figure_layout.py checks the boxes)
+    # Every panel is drawn on one Axes spanning the figure (data units: inches), axes hidden: its
+    # frame, ticks, grid and curves are lines, its labels texts. An Axes per panel, with its
+    # axis and tick objects, cost more than the curves on it (about half the report's drawing).
+    # Placed in inches: each cell keeps room on its left for the tick labels and the y label,
+    # below for the t ticks and label, above for the title (tests/test_figure_layout.py checks
+    # the boxes).
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(cols * panel_w, nrows * panel_h))
     FigureCanvasAgg(fig)
-    left, right, bottom, top = _SERIES_CELL_MARGINS
     width, height = cols * panel_w, nrows * panel_h
+    ax = fig.add_axes((0.0, 0.0, 1.0, 1.0), label="<panels>")
+    ax.set_xlim(0.0, width)
+    ax.set_ylim(0.0, height)
+    ax.set_axis_off()
+    ax.panel_boxes, ax.panel_limits = [], []
+    left, right, bottom, top = _SERIES_CELL_MARGINS
+    frames, marks, grids = [], [], []
     for g, (title, curves) in enumerate(groups):
         row, col = divmod(g, cols)
-        x0, y0 = col * panel_w + left, (nrows - 1 - row) * panel_h + bottom
-        ax = fig.add_axes(
-            [x0 / width, y0 / height, (panel_w - left - right) / width, (panel_h - bottom - top) / height]
-        )
-        ax.tick_params(labelsize=8)
-        colours = curve_colours(len(curves))
-        positive = []
-        for i, (label, ts, values) in enumerate(curves):
+        box = (col * panel_w + left, (nrows - 1 - row) * panel_h + bottom,
+               panel_w - left - right, panel_h - bottom - top)  # fmt: skip
+        data = []
+        for label, ts, values in curves:
             times = _times(ts, where)
-            ys = _series(values, times.shape[0], where, "values")
-            ax.plot(times, ys, label=label, linewidth=1.2, color=colours[i])
-            positive.append(ys[np.isfinite(ys) & (ys > 0)])
-        ax.set_xlabel("t")
-        ax.set_ylabel(ylabels[g])
-        if logys[g]:
-            ax.set_yscale("log")
-        ax.grid(True, linewidth=0.4, color="0.88")  # opaque: it survives the palette of the PNG
-        ax.set_xlim(0.0, max(float(np.max(np.asarray(ts, dtype=float))) for _, ts, _ in curves))
-        _few_ticks(ax, logy=logys[g], positive=np.concatenate(positive))
+            data.append((label, times, _series(values, times.shape[0], where, "values")))
         only = curves[0][0] if len(curves) == 1 else ""
         short = bool(only) and len(title) + len(only) <= 46  # one line over the panel at 9 pt
-        ax.set_title(f"{title} ({only})" if short else title, fontsize=9, y=1.0)
-        if any(label for label, _, _ in curves) and not short:  # one curve: the title names it
-            ax.legend(fontsize=6, loc="best")
+        panel = _SeriesPanel(ax, box, data, logy=logys[g], index=g)
+        panel.draw(frames, marks, grids, ylabel=ylabels[g], title=f"{title} ({only})" if short else title)
+        if any(label for label, _, _ in data) and not short:  # one curve: the title names it
+            panel.legend()
+    styles = (  # the grid under the curves (opaque grey: it survives the PNG's palette), the rest over
+        (grids, {"color": "0.88", "linewidth": 0.4, "zorder": 1}),
+        (marks, {"color": "black", "linewidth": 0.6, "zorder": 3}),
+        (frames, {"color": "black", "linewidth": 0.8, "zorder": 3}),
+    )
+    for lines, style in styles:
+        if lines:
+            joined = np.concatenate([np.vstack([line, [[np.nan, np.nan]]]) for line in lines])
+            (drawn,) = ax.plot(joined[:, 0], joined[:, 1], **style)
+            drawn.set_in_layout(False)
     return _save(fig, Path(path), formats)
+
+
+class _SeriesPanel:
+    """One panel of :func:`write_series_panels` on the shared Axes ``ax`` (inches): ``box`` (left,
+    bottom, width, height) holds the curves ``data`` [(label, ts, values)], the x-axis from 0 to
+    the last time, the y-axis linear or (``logy``) logarithmic over the values drawn."""
+
+    def __init__(
+        self, ax: Axes, box: tuple[float, float, float, float], data: list, *, logy: bool, index: int
+    ):
+        self.ax, self.box, self.data, self.logy, self.index = ax, box, data, logy, index
+        self.x_high = max(float(np.max(ts)) for _, ts, _ in data) or 1.0
+        values = np.concatenate([ys for _, _, ys in data])
+        shown = values[np.isfinite(values) & (values > 0)] if logy else values[np.isfinite(values)]
+        if logy:
+            shown = np.log10(shown)
+        low, high = (float(shown.min()), float(shown.max())) if shown.size else (0.0, 1.0)
+        pad = 0.05 * (high - low) if high > low else (0.5 if logy else max(0.5, 0.1 * abs(low)))
+        self.low, self.high = low - pad, high + pad
+        ax.panel_boxes.append([box[0] / ax.get_xlim()[1], box[1] / ax.get_ylim()[1],
+                               box[2] / ax.get_xlim()[1], box[3] / ax.get_ylim()[1]])  # fmt: skip
+        ax.panel_limits.append((0.0, self.x_high))
+
+    def _x(self, t: np.ndarray) -> np.ndarray:
+        return self.box[0] + np.asarray(t, dtype=float) / self.x_high * self.box[2]
+
+    def _y(self, v: np.ndarray) -> np.ndarray:
+        v = np.asarray(v, dtype=float)
+        if self.logy:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                v = np.where(v > 0, np.log10(np.where(v > 0, v, 1.0)), np.nan)
+        return self.box[1] + (v - self.low) / (self.high - self.low) * self.box[3]
+
+    def _y_ticks(self) -> tuple[np.ndarray, list[str]]:
+        """Tick positions (in the axis' own units: log10 for a log axis) and their labels."""
+        from matplotlib.ticker import MaxNLocator
+
+        if self.logy:
+            decades = np.arange(math.ceil(self.low), math.floor(self.high) + 1)
+            if decades.size >= 2:
+                step = math.ceil(decades.size / 5)
+                decades = decades[decades % step == 0] if decades.size > 5 else decades
+                return decades.astype(float), [_power_of_ten(10.0**k) for k in decades]
+            # within a decade: 1-2-3-5 steps, in plain text
+            exponents = range(math.floor(self.low) - 1, math.ceil(self.high) + 1)
+            candidates = np.array([m * 10.0**e for e in exponents for m in (1.0, 2.0, 3.0, 5.0)])
+            inside = candidates[(np.log10(candidates) >= self.low) & (np.log10(candidates) <= self.high)]
+            if inside.size < 2:  # a narrow range: round values between its ends
+                inside = MaxNLocator(nbins=3).tick_values(10.0**self.low, 10.0**self.high)
+                inside = inside[(inside > 0) & (inside >= 10.0**self.low) & (inside <= 10.0**self.high)]
+            return np.log10(inside), [f"{v:.2g}" for v in inside]
+        ticks = MaxNLocator(nbins=4).tick_values(self.low, self.high)
+        ticks = ticks[(ticks >= self.low) & (ticks <= self.high)]
+        return ticks, [f"{v:.4g}" for v in ticks]
+
+    def draw(self, frames: list, marks: list, grids: list, *, ylabel: str, title: str) -> None:
+        """Curves, frame, ticks, grid, labels and title; the lines of the frame, ticks and grid are
+        added to ``frames``, ``marks`` and ``grids`` (drawn once for every panel)."""
+        from matplotlib.patches import Rectangle
+        from matplotlib.ticker import MaxNLocator
+
+        ax, (x0, y0, w, h) = self.ax, self.box
+        clip = Rectangle((x0, y0), w, h, transform=ax.transData)
+        for i, (label, ts, ys) in enumerate(self.data):
+            (line,) = ax.plot(self._x(ts), self._y(ys), label=label, linewidth=1.2,
+                              color=curve_colours(len(self.data))[i], zorder=2)  # fmt: skip
+            line.set_clip_path(clip)
+            line.set_in_layout(False)
+        frames.append(np.array([[x0, y0], [x0 + w, y0], [x0 + w, y0 + h], [x0, y0 + h], [x0, y0]]))
+        x_ticks = MaxNLocator(nbins=4).tick_values(0.0, self.x_high)
+        x_ticks = x_ticks[(x_ticks >= 0.0) & (x_ticks <= self.x_high * (1 + 1e-9))]
+        for t in x_ticks:
+            x = float(self._x(t))
+            marks.append(np.array([[x, y0], [x, y0 - 0.04]]))
+            grids.append(np.array([[x, y0], [x, y0 + h]]))
+            ax.text(x, y0 - 0.06, f"{t:g}", fontsize=8, ha="center", va="top")
+        positions, labels = self._y_ticks()
+        for position, text in zip(positions, labels, strict=True):
+            y = y0 + (position - self.low) / (self.high - self.low) * h
+            marks.append(np.array([[x0, y], [x0 - 0.04, y]]))
+            grids.append(np.array([[x0, y], [x0 + w, y]]))
+            ax.text(x0 - 0.06, y, text, fontsize=8, ha="right", va="center")
+        longest = max((len(text) for text in labels), default=1)
+        ax.text(x0 + w / 2, y0 - 0.28, "t", fontsize=10, ha="center", va="top")
+        # rotated about its anchor: "center" along the axis, its lower side (now its right) there
+        ax.text(x0 - 0.12 - 0.062 * longest, y0 + h / 2, ylabel, fontsize=10, ha="center", va="bottom",
+                rotation=90, rotation_mode="anchor")  # fmt: skip
+        ax.text(x0 + w / 2, y0 + h + 0.05, title, fontsize=9, ha="center", va="bottom")
+
+    def legend(self) -> None:
+        """The curves' labels (6 pt) with a sample of each line, in the corner of the panel that
+        the curves cross least (what ``loc="best"`` does, counted on the points drawn)."""
+        ax, (x0, y0, w, h) = self.ax, self.box
+        fits = int((w - 0.36) / 0.045)  # characters of 6 pt that fit in the panel beside the sample
+        labels = [(label if len(label) <= fits else label[: fits - 1] + "…", i)
+                  for i, (label, _, _) in enumerate(self.data) if label]  # fmt: skip
+        rows = 0.11 * len(labels) + 0.08
+        xs = np.concatenate([self._x(ts) for _, ts, _ in self.data])
+        ys = np.concatenate([self._y(v) for _, _, v in self.data])
+        corners = {}
+        for right in (False, True):
+            for upper in (True, False):
+                side = (xs > x0 + w * 0.5) == right
+                band = (ys > y0 + h - rows) if upper else (ys < y0 + rows)
+                corners[(right, upper)] = int(np.sum(side & band))
+        right, upper = min(corners, key=lambda corner: (corners[corner], not corner[1], corner[0]))
+        colours = curve_colours(len(self.data))
+        longest = max(len(label) for label, _ in labels)
+        start = x0 + w * 0.5 + 0.05 if right else x0 + 0.06
+        top_row = (y0 + h - 0.1) if upper else (y0 + 0.06 + 0.11 * (len(labels) - 1))
+        from matplotlib.patches import Rectangle
+
+        ground = Rectangle(  # white, so that the labels read over the curves they cover
+            (start - 0.03, top_row - 0.11 * (len(labels) - 1) - 0.06),
+            min(0.26 + 0.045 * longest, w - 0.1),
+            0.11 * len(labels) + 0.01,
+            facecolor="white",
+            edgecolor="0.8",
+            linewidth=0.5,
+            alpha=0.85,
+            zorder=3.5,
+        )
+        ax.add_patch(ground)
+        for k, (label, i) in enumerate(labels):
+            y = top_row - 0.11 * k
+            ax.plot([start, start + 0.16], [y, y], color=colours[i], linewidth=1.2, zorder=4)
+            text = ax.text(start + 0.2, y, label, fontsize=6, ha="left", va="center", zorder=4)
+            text.panel_index = self.index  # inside its own panel: not text over another panel
 
 
 _SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
