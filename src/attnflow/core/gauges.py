@@ -50,14 +50,25 @@ class IdentityGauge:
         return _identity_matrices(self.n, self.d)
 
 
-@pytree_dataclass(data_fields=["angles"], meta_fields=["d"])
+LAYOUTS = ("interleaved", "half")
+
+
+@pytree_dataclass(data_fields=["angles"], meta_fields=["d", "layout"])
 @dataclasses.dataclass(frozen=True)
 class RoPE:
-    """Block rotations by ``angles[i, k] = θ_k ξ_i`` on the pairs ``(2k, 2k+1)``."""
+    """Block rotations by ``angles[i, k] = θ_k ξ_i`` on ``m`` coordinate pairs: ``(2k, 2k+1)``
+    (``layout="interleaved"``: RoFormer, GPT-J) or ``(k, k+m)`` (``"half"``: the "rotate half" of
+    GPT-NeoX, Llama, Qwen2, Mistral, Gemma). The two layouts are conjugate by a permutation of the
+    coordinates; with maps ``W_Q, W_K`` of a published model the layout of its code matters."""
 
     angles: jax.Array  # (n, m), m <= d // 2
     d: int
+    layout: str = "interleaved"
     is_identity = False
+
+    def __post_init__(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"rope: `layout` must be one of {LAYOUTS}; got {self.layout!r}.")
 
     @property
     def n(self) -> int:
@@ -65,8 +76,11 @@ class RoPE:
 
     def _rotate(self, x: jax.Array, sign: float) -> jax.Array:
         m = self.angles.shape[1]
-        pairs = x[:, : 2 * m].reshape(x.shape[0], m, 2)
         cos, sin = jnp.cos(self.angles), sign * jnp.sin(self.angles)
+        if self.layout == "half":
+            a, b = x[:, :m], x[:, m : 2 * m]
+            return jnp.concatenate([cos * a - sin * b, sin * a + cos * b, x[:, 2 * m :]], axis=1)
+        pairs = x[:, : 2 * m].reshape(x.shape[0], m, 2)
         a, b = pairs[..., 0], pairs[..., 1]
         rotated = jnp.stack([cos * a - sin * b, sin * a + cos * b], axis=-1)
         return jnp.concatenate([rotated.reshape(x.shape[0], 2 * m), x[:, 2 * m :]], axis=1)
@@ -160,15 +174,15 @@ def rope_frequencies(
     return freqs
 
 
-def make_rope(xi, d: int, frequencies: np.ndarray, *, dtype=jnp.float64) -> RoPE:
-    """RoPE gauge for scalar positions ``xi (n,)``."""
+def make_rope(xi, d: int, frequencies: np.ndarray, *, dtype=jnp.float64, layout: str = "interleaved") -> RoPE:
+    """RoPE gauge for scalar positions ``xi (n,)`` (``layout``: see :class:`RoPE`)."""
     xi = np.asarray(xi, dtype=np.float64).reshape(-1)
     frequencies = np.asarray(frequencies, dtype=np.float64).reshape(-1)
     if frequencies.size > d // 2:
         raise ValueError(
             f"rope: `frequencies` must have at most d//2 = {d // 2} entries; got {frequencies.size}."
         )
-    return RoPE(angles=to_device(rope_angles(xi, frequencies, dtype), dtype), d=d)
+    return RoPE(angles=to_device(rope_angles(xi, frequencies, dtype), dtype), d=d, layout=layout)
 
 
 def rope_angles(xi, frequencies, dtype) -> np.ndarray:
