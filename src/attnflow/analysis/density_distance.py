@@ -10,7 +10,7 @@ A particle run holds angles ``θ_i`` and labels; each particle belongs to one la
   of samples and a density: ``min_m ∫_0^{2π} |F(θ) − G(θ) − m| dθ``, the minimum at a median of
   ``F − G`` (Rabin–Delon–Gousseau), integrated on the fine grid (error ``O(2π/N)``, ``N = fine``).
 - :func:`labelled_circle_w1`: ``Σ_l ρ_l W1(particles of label l, f_l)`` (each label's particles
-  against its slice), the distance of SPEC §9's law per label.
+  against its slice): the laws compared label by label.
 - :func:`sample_density`: samples of each label's density by inverse CDF (to start particles from
   the density's initial law).
 - :func:`sliced_w1_sphere`: the same on ``S^2 × labels``: particles ``(n, 3)`` against a density's grid

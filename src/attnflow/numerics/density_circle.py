@@ -31,14 +31,14 @@ Scheme: **pseudo-spectral** (Fourier collocation on the grid), chosen over finit
   velocity and the divergence), velocity ``V = D̃ U`` and ``∂_t f = −D̃(f V)``: ``D̃`` is
   skew-symmetric and the kernel operator symmetric, so the semi-discrete energy obeys
   ``dE/dt = Σ_ξ ρ_ξ (2π/M) Σ_j f V² ≥ 0`` whenever ``f ≥ 0`` on the grid (usa): the energy is
-  non-decreasing up to the time step's error. The filter leaves modes ``k ≤ K/2`` untouched to
-  ``~1e-16·36·2^{-p}``.
+  non-decreasing up to the time step's error. The filter scales mode ``k`` by ``e^{−18 (k/K)^p}``:
+  by ``1 − 3e−10`` at ``K/2`` and by ``1`` to round-off below ``K/3`` (``p = 36``).
 
 The price is Gibbs: a slice that concentrates below a few grid cells (it does: conditional slices
-become Diracs, SPEC §2) rings and goes negative. :func:`resolution` measures it (the share of the
-spectrum's energy in the top third of the modes; the negative mass), and :func:`status_code` turns
-it into a status (:class:`DensityStatus`): a run then stops at its last resolved snapshot instead of
-returning a plausible-looking wrong law.
+become Diracs, the energy's maximisers being graph laws) rings and goes negative. :func:`resolution`
+measures it (the share of the spectrum's energy in the top third of the modes; the negative mass),
+and :func:`status_code` turns it into a status (:class:`DensityStatus`): a run then stops at its last
+resolved snapshot instead of returning a plausible-looking wrong law.
 
 The field is a pure map ``state → d state / dt`` on a pytree (:class:`CircleDensityField`), so the
 time loop is any explicit method on pytrees (``attnflow.numerics.density_methods``), with the
