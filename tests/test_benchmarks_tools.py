@@ -97,13 +97,18 @@ def test_gpu_script_runs_on_the_cpu_and_records_both_paths(tmp_path):
     import gpu  # noqa: PLC0415 (the script sets jax's x64 flag at import, as the package does)
 
     result = gpu.main(
-        ["--device", "cpu", "--sizes", "512", "--repeats", "1", "--out", str(tmp_path / "g.json")]
-    )
+        ["--device", "cpu", "--sizes", "512", "--repeats", "1", "--dtypes", "float64", "float32",
+         "--heads", "2", "--head-dims", "4", "--heads-n", "64", "--out", str(tmp_path / "g.json")]
+    )  # fmt: skip
     assert json.loads((tmp_path / "g.json").read_text()) == result
-    (row,) = result["rows"]
-    assert row["n"] == 512 and row["rank"] > 1
-    assert row["exact_rk4_s"] > 0 and row["expansion_rk4_s"] > 0
-    assert row["rk4_difference"] < 1e-9
+    row64, row32 = result["paths"]
+    assert (row64["n"], row64["dtype"], row32["dtype"]) == (512, "float64", "float32") and row64["rank"] > 1
+    assert row64["exact_rk4_s"] > 0 and row64["expansion_rk4_s"] > 0
+    assert row64["rk4_difference"] < 1e-9  # the expansion's tolerance is 1e-8 of the field's scale
+    assert row32["rk4_difference"] < 1e-5  # float32 round-off of both paths
+    shapes = [(h["head_dim"], h["d"], h["dtype"]) for h in result["heads"]]
+    assert shapes == [(4, 8, "float64"), (4, 8, "float32")]
+    assert all(h["field_s"] > 0 for h in result["heads"]) and "cpu" not in result  # the CPU alone
 
 
 def test_report_rewrite_keeps_the_other_scripts_sections(tmp_path):
