@@ -45,6 +45,13 @@ class _Readable:
         with _one_line_usage_errors(ctx):
             return super().resolve_command(ctx, args)
 
+    def get_params(self, ctx):
+        params = super().get_params(ctx)
+        for param in params:  # typer's shell-completion flags: no <bool> beside them either
+            if param.name in ("install_completion", "show_completion"):
+                param.metavar = ""
+        return params
+
     def get_help_option(self, ctx):
         option = super().get_help_option(ctx)
         if option is not None:

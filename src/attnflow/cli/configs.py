@@ -46,8 +46,9 @@ def _steps(solver) -> int | None:
 
 @config_app.command(cls=ConfigCommand)
 def check(config: CONFIG, set_: SETS = []) -> None:  # noqa: B006
-    """Validate a config (as `attnflow run` would, input files included) and estimate its memory and
-    time without running it (exit 2 if refused)."""
+    """Validate a config and estimate its memory and time without running it (exit 2 if refused).
+
+    The checks are those of `attnflow run`, the files the config names included."""
     with user_errors():
         from attnflow.io.config_load import config_hash, load_config
 
