@@ -51,7 +51,11 @@ def main() -> None:
     if unknown:
         parser.error(f"`--mutants` must name mutants of {list(mutants.MUTANTS)}; got {unknown}.")
     start = time.perf_counter()
-    cells = mutants.table(experiments, quick=args.quick, names=names)
+
+    def progress(name, eid, cell):  # one line per cell as it is done (a long run loses nothing)
+        print(f"{name} / {eid}: {cell[0]} {sorted({row[2] for row in cell[1]})}", file=sys.stderr, flush=True)
+
+    cells = mutants.table(experiments, quick=args.quick, names=names, on_cell=progress)
     print(markdown(cells, [e.id for e in experiments], names))
     print(f"\n({'quick' if args.quick else 'full'} sizes, {time.perf_counter() - start:.0f} s)")
     for (name, eid), (status, failed) in cells.items():

@@ -410,9 +410,10 @@ def cell(name: str, experiment, jobs, where: dict) -> tuple[str, list]:
     return "PASS", []
 
 
-def table(experiments, *, quick: bool, names=None, skip=()) -> dict:
+def table(experiments, *, quick: bool, names=None, skip=(), on_cell=None) -> dict:
     """``{(mutant, experiment id): cell(...)}`` for every mutant (or ``names``) and experiment; the
-    cells of ``skip`` (e.g. :data:`BLIND`) where the mutant acts are not run: ``("not run", [])``."""
+    cells of ``skip`` (e.g. :data:`BLIND`) where the mutant acts are not run: ``("not run", [])``.
+    ``on_cell(name, experiment id, cell)`` is called as each cell is done."""
     jobs = reproduce.plan(experiments, quick=quick)
     where = acting(jobs, names)
     cells = {}
@@ -421,4 +422,6 @@ def table(experiments, *, quick: bool, names=None, skip=()) -> dict:
             runs = any(where.get((name, label(j))) for j in jobs if j.experiment.id == e.id)
             skipped = runs and (name, e.id) in skip
             cells[name, e.id] = ("not run", []) if skipped else cell(name, e, jobs, where)
+            if on_cell is not None:
+                on_cell(name, e.id, cells[name, e.id])
     return cells
