@@ -77,6 +77,7 @@ from typing import Any
 from attnflow.io.atomic import write_json
 from attnflow.io.config import resolved_dict
 from attnflow.io.results import RESULTS_PARQUET, write_results
+from attnflow.io.run_folder import check_out_folder
 from attnflow.io.version import __version__
 from attnflow.numerics.batch import SINGLE_THREAD_ENVIRON, available_cores, single_thread_environ
 from attnflow.workflows.sweep_plan import GridAxis, SweepPlan, SweepPoint, parse_grid, plan_sweep
@@ -321,8 +322,7 @@ def _check_execution(out_dir: Path, scheduler: str | None, workers: int | None) 
             f"sweep: `--workers` must be left out with `--scheduler` (the cluster has its own "
             f"workers); got {workers!r}."
         )
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ValueError(f"sweep: `--out` must be a folder; got {str(out_dir)!r} (a file).")
+    check_out_folder(out_dir)  # the one out-folder check (attnflow.io.run_folder)
     if scheduler is not None:
         check_scheduler(scheduler)
 
