@@ -42,6 +42,7 @@ PNG is always written. The returned path is the PNG's.
 from __future__ import annotations
 
 import difflib
+import functools
 import io
 import math
 import os
@@ -236,6 +237,7 @@ def _flat_points(pts: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict[str, np.
     )
 
 
+@functools.cache  # a constant of the view: computed once, never changed (callers only read it)
 def _wireframe() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The flat sphere's lines in the view of :func:`_draw_sphere_flat`, as ``(m, 2)`` polylines
     whose pieces are separated by NaN rows: the far and near halves of six meridians and five
@@ -259,7 +261,10 @@ def _wireframe() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         for start, stop in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [len(line)]]), strict=True):
             halves[bool(near[start])] += [flat[start : min(stop + 1, len(line))], gap]
     outline = np.stack([np.cos(angle), np.sin(angle)], axis=1)
-    return np.concatenate(halves[False]), np.concatenate(halves[True]), outline
+    lines = (np.concatenate(halves[False]), np.concatenate(halves[True]), outline)
+    for line in lines:
+        line.flags.writeable = False  # shared by every panel
+    return lines
 
 
 def _draw_sphere_flat(ax: Axes, pts: np.ndarray, *, color: Any, cmap: str, title: str | None) -> Axes:
@@ -530,6 +535,17 @@ class _StateGrid:
         FigureCanvasAgg(self.fig)
         self._canvas: Axes | None = None
         self._wires: list[Any] = []
+        self._pieces: dict[Any, list[np.ndarray]] = {}
+
+    def save(self, path: Path, formats: Sequence[str] | None) -> Path:
+        """Join each shared line's pieces (NaN between them: one path each, set once, not grown
+        panel by panel) and save the figure (:func:`_save`)."""
+        gap = np.full((1, 2), np.nan)
+        for wires, pieces in self._pieces.items():
+            if pieces:
+                joined = np.concatenate([part for piece in pieces for part in (piece, gap)][:-1])
+                wires.set_data(joined[:, 0], joined[:, 1])
+        return _save(self.fig, path, formats)
 
     def _rect(self, left: float, bottom: float, width: float, height: float) -> list[float]:
         return [left / self.width, bottom / self.height, width / self.width, height / self.height]
@@ -547,6 +563,7 @@ class _StateGrid:
             (self._frames,) = ax.plot([], [], color="black", linewidth=0.8)  # projections' squares
             for wires in (*self._wires, self._frames):
                 wires.set_in_layout(False)
+            self._pieces = {wires: [] for wires in (*self._wires, self._frames)}  # joined by `save`
             self._canvas = ax
         return self._canvas
 
@@ -566,10 +583,8 @@ class _StateGrid:
         circle = np.linspace(0.0, 2.0 * np.pi, 200)
         ring = centre + radius * np.stack([np.cos(circle), np.sin(circle)], axis=1)
         frame = np.array([[x0, y0], [x0 + side, y0], [x0 + side, y0 + side], [x0, y0 + side], [x0, y0]])
-        for wires, line in ((self._wires[2], ring), (self._frames, frame)):
-            old = wires.get_xydata()
-            gap = np.full((1, 2), np.nan) if len(old) else np.empty((0, 2))
-            wires.set_data(np.concatenate([old, gap, line]).T)
+        self._pieces[self._wires[2]].append(ring)
+        self._pieces[self._frames].append(frame)
         xy = centre + radius * coords
         if values is None:
             dots = ax.scatter(xy[:, 0], xy[:, 1], s=_MARKER_SIZE, color="C0", rasterized=True)
@@ -607,9 +622,7 @@ class _StateGrid:
             radius = (self.panel - 2 * inset) / 2 / 1.05  # as on an Axes of limits ±1.05
             centre = (left + self.panel / 2, bottom + self.panel / 2)
             for wires, line in zip(self._wires, _wireframe(), strict=True):
-                old = wires.get_xydata()
-                gap = np.full((1, 2), np.nan) if len(old) else np.empty((0, 2))
-                wires.set_data(np.concatenate([old, gap, np.asarray(centre) + radius * line]).T)
+                self._pieces[wires].append(np.asarray(centre) + radius * line)
             dots = _flat_scatter(ax, pts, values, cmap=LABEL_CMAP, centre=centre, radius=radius)
             ax.panel_boxes.append(self._rect(centre[0] - radius, centre[1] - radius, 2 * radius, 2 * radius))
             if title is not None:  # at the top of the cell, where a 3-D panel's title sits
@@ -820,7 +833,7 @@ def write_run_figures(
         for c, (k, t) in enumerate(((0, t0), (-1, t1))):
             panel = f"{head if r == c == 0 else ''}{frame}, t = {t:g}"
             grid.draw(2 * r + c, states[k], color=color, title=panel, color_label=bar if c == 1 else None)
-    written.append(_save(grid.fig, out / "states.png", formats))
+    written.append(grid.save(out / "states.png", formats))
 
     if _has_data(series, "energy"):
         fig = _new_figure(5.5, 3.6, margins=_RUN_PLOT_MARGINS)
@@ -876,7 +889,8 @@ def write_comparison_figure(
 
     ``panels`` is a list of dicts ``{"x": (n, d) array, "color": (n,) array or None, "title":
     str, "color_label": str}`` (all but ``x`` may be omitted); each is drawn with
-    :func:`draw_state`, with a colour bar named ``color_label`` when it and ``color`` are given.
+    :func:`draw_state`, with a colour bar named ``color_label`` when it and ``color`` are given
+    (once per name and range of colours: a later panel of the same is keyed by the first's).
     ``ncols`` defaults to ``len(panels)`` (one row); a smaller value wraps onto more rows.
     ``formats`` as in :func:`figure_formats`. Returns ``Path(path)``.
     """
@@ -891,7 +905,8 @@ def write_comparison_figure(
         raise ValueError(f"{where}: `ncols` must be None or a positive int; got {ncols!r}.")
     cols = min(cols, len(panels))
     nrows = math.ceil(len(panels) / cols)
-    bars = {i % cols for i, panel in enumerate(panels) if panel.get("color_label") is not None}
+    labels = _distinct_keys(panels)
+    bars = {i % cols for i, label in enumerate(labels) if label is not None}
     grid = _StateGrid(nrows, cols, _GRID_PANEL_INCHES, bar_columns=bars)
     for i, panel in enumerate(panels):
         grid.draw(
@@ -899,10 +914,27 @@ def write_comparison_figure(
             panel["x"],
             color=panel.get("color"),
             title=panel.get("title"),
-            color_label=panel.get("color_label"),
+            color_label=labels[i],
             title_size=8,  # small panels: titles of about 40 characters fit
         )
-    return _save(grid.fig, Path(path), formats)
+    return grid.save(Path(path), formats)
+
+
+def _distinct_keys(panels: Sequence[Mapping[str, Any]]) -> list[str | None]:
+    """Each panel's ``color_label``, or None where an earlier panel already keys the same name
+    over the same range of colours: one key per kind of colour in a figure, not one per row."""
+    seen, labels = set(), []
+    for panel in panels:
+        label, color = panel.get("color_label"), panel.get("color")
+        if label is None or color is None:
+            labels.append(None)
+            continue
+        values = np.asarray(color, dtype=float)
+        finite = values[np.isfinite(values)]
+        key = (label, float(finite.min()), float(finite.max())) if finite.size else (label, 0.0, 0.0)
+        labels.append(None if key in seen else label)
+        seen.add(key)
+    return labels
 
 
 def write_series_figure(
@@ -1226,7 +1258,7 @@ def write_target_figure(
         grid = _StateGrid(1, 2, _PANEL_INCHES, bar_columns={1} if bar is not None else False)
         grid.draw(0, tgt, color=index, title=f"target (n = {tgt.shape[0]})", color_label=None)
         grid.draw(1, got, color=index, title=f"realised (n = {got.shape[0]})", color_label=bar)
-        return _save(grid.fig, Path(path), formats)
+        return grid.save(Path(path), formats)
 
     angles = []
     for name, values in (("target", target), ("realised", realised)):
