@@ -116,14 +116,16 @@ class AttentionField:
             return expansion.expansion_sum(self.kernel, u, values, tolerance=self.tolerance, **options)
         return attention_sum(self.kernel, u, values, block_size=self.block_size, **options)
 
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def attention(self, x: jax.Array) -> jax.Array:
+        """``A_i = Q(ξ_i)ᵀ g_i`` (gradient value) or ``g_i`` (logits only), before the projection."""
         gauge = self.kernel.gauge
         u = gauge.apply(x)
         if self.value == "gradient":
-            g = gauge.apply_transpose(self._sum(u, u))
-        else:
-            g = self._sum(u, x)
-        return hold_sources(project(x, g), self.sources)
+            return gauge.apply_transpose(self._sum(u, u))
+        return self._sum(u, x)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return hold_sources(project(x, self.attention(x)), self.sources)
 
 
 def make_vector_field(

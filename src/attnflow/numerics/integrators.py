@@ -123,19 +123,45 @@ def _slopes(field, x, dt, tableau, *, geodesic: bool):
     return slopes
 
 
-class _Method:
-    """A Runge–Kutta method: ``tableau`` stages, then renormalise or map back through ``exp_x``."""
+def _unchanged(x: jax.Array) -> jax.Array:
+    return x
 
-    tableau: Tableau
-    order: int
-    geodesic: bool = False
+
+RETRACTIONS = {"sphere": normalize, "none": _unchanged}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Method:
+    """A Runge–Kutta method: ``tableau`` stages, then the retraction (``"sphere"``: renormalise each
+    row; ``"none"``: a state in a vector space, e.g. the unnormalised tokens of a pre-LN layer) or
+    the map back through ``exp_x``. The retraction is injected (jax-md's shift function): the
+    stages and the step-size policies do not know which it is."""
+
+    tableau = None
+    order = 0
+    geodesic = False
+    retraction: str = dataclasses.field(default="sphere", kw_only=True)
+
+    def __post_init__(self) -> None:
+        if self.retraction not in RETRACTIONS:
+            raise ValueError(
+                f"integrator: `retraction` must be one of {tuple(RETRACTIONS)}; got {self.retraction!r}."
+            )
+        if self.geodesic and self.retraction != "sphere":
+            raise ValueError(
+                f"integrator: `retraction` must be 'sphere' for geodesic_rk4 (it steps on the sphere); "
+                f"got {self.retraction!r}."
+            )
+
+    def retract(self, x: jax.Array) -> jax.Array:
+        return RETRACTIONS[self.retraction](x)
 
     def step(self, field: VectorField, x: jax.Array, dt) -> jax.Array:
         slopes = _slopes(field, x, dt, self.tableau, geodesic=self.geodesic)
         sigma = _combine(self.tableau.b, slopes, dt)
         if self.geodesic:
             return normalize(exp_map(x, project(x, sigma)))
-        return normalize(x + sigma)
+        return self.retract(x + sigma)
 
     def default_steps(self, dt: float, *, max_steps: int, max_steps_total: int | None = None):  # noqa: ARG002
         """The step-size policy of this method when ``solve`` is given none: fixed steps of ``dt``
@@ -195,7 +221,7 @@ class Adaptive(_Method):
 
         def stage(i, slopes):
             point = x + dt * jnp.tensordot(a[i], slopes, axes=1)
-            point = jnp.where(i == stages - 1, normalize(point), point)
+            point = jnp.where(i == stages - 1, self.retract(point), point)
             return slopes.at[i].set(field(point))
 
         slopes = jnp.zeros((stages, *x.shape), x.dtype).at[0].set(k1)
@@ -203,7 +229,7 @@ class Adaptive(_Method):
         high = x + dt * jnp.tensordot(a[-1], slopes, axes=1)
         low = x + dt * jnp.tensordot(jnp.asarray(tableau.b_error, x.dtype), slopes, axes=1)
         scale = atol + rtol * jnp.maximum(jnp.abs(x), jnp.abs(high))
-        return normalize(high), slopes, jnp.sqrt(jnp.mean(((high - low) / scale) ** 2))
+        return self.retract(high), slopes, jnp.sqrt(jnp.mean(((high - low) / scale) ** 2))
 
     def step_with_error(self, field: VectorField, x: jax.Array, dt, *, rtol, atol):
         """One trial step without a carried slope: ``(x_new, error_norm)`` (7 evaluations)."""
@@ -215,7 +241,7 @@ class Adaptive(_Method):
         from ``x`` with ``slopes``, renormalised: error O(dt^5) per step (4th order)."""
         powers = theta ** jnp.arange(1, 5, dtype=slopes.dtype)
         weights = jnp.asarray(DOPRI5_DENSE, slopes.dtype) @ powers
-        return normalize(x + dt * jnp.tensordot(weights, slopes, axes=1))
+        return self.retract(x + dt * jnp.tensordot(weights, slopes, axes=1))
 
     def default_steps(self, dt: float, *, max_steps: int, max_steps_total: int | None = None):
         """Error control at this method's tolerances, from a first trial step ``dt``."""

@@ -30,7 +30,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnflow.core.pytree import pytree_dataclass
-from attnflow.core.sphere import normalize
 from attnflow.numerics.dynamics import noise_increment
 from attnflow.numerics.status import Status
 
@@ -59,7 +58,7 @@ def make_step(method, field, noise: float):
                 key, sub_noise = jax.random.split(key)
             x = method.step(field, x, h)
         if noise > 0:
-            x = normalize(x + noise_increment(sub_noise, x, noise=noise, dt=dt))
+            x = method.retract(x + noise_increment(sub_noise, x, noise=noise, dt=dt))
         return x, key
 
     return step

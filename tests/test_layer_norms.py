@@ -1,0 +1,135 @@
+"""Layer norms (numerics.layer_norms): pre, peri and nGPT against an independent NumPy
+implementation of their definitions (RK4, the same stage rule: z unretracted for pre and peri,
+x renormalised for nGPT) with heads, RoPE gauges, a factor and a held source; and the equiangular
+reduction of each, a closed system for the common cosine rho (and radius r) solved by SciPy."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.integrate import solve_ivp
+
+from attnflow.core import factors, gauges, sphere
+from attnflow.core.kernel import Kernel, make_profile
+from attnflow.numerics import integrators
+from attnflow.numerics.dynamics import make_vector_field
+from attnflow.numerics.heads_field import HeadsField
+from attnflow.numerics.layer_norms import LayerNormField, directions_and_radii
+from attnflow.numerics.solve import solve
+from test_heads import make_case
+
+TRAJECTORY_ATOL = 1e-8  # the acceptance bound at tau = 1, dt = 0.01 (measured: round-off, ~1e-14)
+
+
+def reference_attention(x, specs, *, beta):
+    """``A_i = Σ_h W_O Σ_j (w_ij e^{β⟨q_i, k_j⟩}/n) W_V x_j`` (usa, plain values, c = 1)."""
+    n, total = x.shape[0], np.zeros_like(x)
+    for spec in specs:
+        q = np.einsum("nab,nb->na", spec["g"], x @ spec["query"].T)
+        k = np.einsum("nab,nb->na", spec["g"], x @ spec["key"].T)
+        a = spec["w"] * np.exp(beta * (q @ k.T)) / n
+        total += (a @ (x @ spec["value"].T)) @ spec["output"].T
+    return total
+
+
+def reference_velocity(state, specs, *, kind, beta, alpha, sources):
+    # pre, peri: the direction of z; ngpt: the stage point itself (extended off the sphere as the
+    # post-LN field is, renormalised after the step)
+    x = state if kind == "ngpt" else state / np.linalg.norm(state, axis=1, keepdims=True)
+    a = reference_attention(x, specs, beta=beta)
+    unit = a / np.linalg.norm(a, axis=1, keepdims=True)
+    if kind == "pre":
+        v = a
+    elif kind == "peri":
+        v = unit
+    else:  # ngpt
+        v = alpha * (unit - np.sum(unit * x, axis=1, keepdims=True) * x)
+    v[:sources] = 0.0
+    return v
+
+
+def reference_rk4(state, specs, *, kind, dt, steps, **options):
+    f = lambda s: reference_velocity(s, specs, kind=kind, **options)  # noqa: E731
+    for _ in range(steps):
+        k1 = f(state)
+        k2 = f(state + dt / 2 * k1)
+        k3 = f(state + dt / 2 * k2)
+        k4 = f(state + dt * k3)
+        state = state + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+        if kind == "ngpt":
+            state = state / np.linalg.norm(state, axis=1, keepdims=True)
+    return state
+
+
+@pytest.mark.parametrize("kind", ["pre", "peri", "ngpt"])
+def test_layer_norms_with_heads_gauges_and_a_source_equal_the_reference(kind):
+    heads, specs = make_case(heads=2, d=8, head_dim=4, values="plain", factor="distance_bias", n=16, seed=3)
+    layer = HeadsField(heads, make_profile("exp", beta=1.5), sources=1)
+    field = LayerNormField(layer, kind, alpha=2.0)
+    x0 = np.asarray(sphere.sample_uniform(4, 16, 8))
+    method = integrators.RK4(retraction=field.retraction)
+    traj = solve(field, jnp.asarray(x0), integrator=method, dt=0.01, t_end=1.0, save_every=1.0)
+    expected = reference_rk4(x0, specs, kind=kind, dt=0.01, steps=100, beta=1.5, alpha=2.0, sources=1)
+    np.testing.assert_allclose(traj.xs[-1], expected, rtol=0, atol=TRAJECTORY_ATOL)
+    np.testing.assert_array_equal(traj.xs[-1][0], x0[0])  # the source is held
+    x, r = directions_and_radii(traj.xs[-1])
+    if kind == "ngpt":
+        np.testing.assert_allclose(np.asarray(r), 1.0, atol=1e-14)
+    else:  # the radii moved off 1 (pre: by <x, A>; peri: by <x, A/|A|>)
+        assert np.max(np.abs(np.asarray(r[1:]) - 1.0)) > 1e-3
+
+
+def _equiangular_rates(rho, n, beta):
+    """For n tokens with common cosine rho (paper's model, usa, c = 1): ``g`` (the tangential
+    rate, d rho/dt = 2 g under post-LN), ``<x_i, A_i>`` and ``|A_i|``."""
+    e1, er = np.exp(beta), np.exp(beta * rho)
+    g = er * (1 - rho) * (1 + (n - 1) * rho) / n
+    along = (e1 + (n - 1) * rho * er) / n
+    norm = np.sqrt(e1**2 + 2 * e1 * er * (n - 1) * rho + er**2 * ((n - 1) + (n - 1) * (n - 2) * rho)) / n
+    return g, along, norm
+
+
+def _equiangular_ode(kind, n, beta, alpha):
+    def rhs(_, y):
+        rho, r = y
+        g, along, norm = _equiangular_rates(rho, n, beta)
+        speed = {"post": 1.0, "pre": 1.0 / r, "peri": 1.0 / (r * norm), "ngpt": alpha / norm}[kind]
+        growth = {"post": 0.0, "pre": along, "peri": along / norm, "ngpt": 0.0}[kind]
+        return [2 * g * speed, growth]
+
+    return rhs
+
+
+@pytest.mark.parametrize("kind", ["post", "pre", "peri", "ngpt"])
+def test_equiangular_tokens_follow_each_norms_closed_system(kind):
+    """Equiangular tokens stay equiangular with equal radii; rho(t) (and r(t)) solve the closed
+    system: post d rho/dt = 2g(rho), the others the same direction at speeds 1/r, 1/(r|A|),
+    alpha/|A| (see ``_equiangular_rates``)."""
+    n, d, beta, alpha, rho0 = 5, 5, 1.0, 0.5, 0.1
+    kernel = Kernel(gauges.IdentityGauge(n, d), factors.NoFactor(n), make_profile("exp", beta=beta))
+    field = LayerNormField(make_vector_field(kernel), kind, alpha=alpha)
+    x0 = sphere.equiangular(n, d, rho0)
+    traj = solve(field, x0, integrator=integrators.RK4(retraction=field.retraction), dt=0.01, t_end=2.0,
+                 save_every=0.5)  # fmt: skip
+    exact = solve_ivp(_equiangular_ode(kind, n, beta, alpha), (0, 2.0), [rho0, 1.0], t_eval=traj.ts,
+                      rtol=1e-12, atol=1e-14)  # fmt: skip
+    x, r = directions_and_radii(jnp.asarray(traj.xs))
+    gram = np.einsum("tid,tjd->tij", np.asarray(x), np.asarray(x))
+    off = gram[:, ~np.eye(n, dtype=bool)]
+    assert np.ptp(off, axis=1).max() < 1e-12 and np.ptp(np.asarray(r), axis=1).max() < 1e-12
+    # RK4 at dt = 0.01: global error ~1e-10 against the ODE solution (tolerance 1e-12)
+    np.testing.assert_allclose(off[:, 0], exact.y[0], atol=1e-9)
+    np.testing.assert_allclose(np.asarray(r)[:, 0], exact.y[1], atol=1e-9)
+    assert off[-1, 0] > rho0 + 0.01  # the tokens did move together
+
+
+def test_bad_layer_norms_are_one_clear_error():
+    kernel = Kernel(gauges.IdentityGauge(4, 3), factors.NoFactor(4), make_profile("exp", beta=1.0))
+    unknown = r"^layer norm: `layer_norm` must be one of \('post', 'pre', 'peri', 'ngpt'\); got 'mix'\.$"
+    with pytest.raises(ValueError, match=unknown):
+        LayerNormField(make_vector_field(kernel), "mix")
+    with pytest.raises(ValueError, match=r"^layer norm: `ngpt_alpha` must be a positive number; got 0\.0\.$"):
+        LayerNormField(make_vector_field(kernel), "ngpt", alpha=0.0)
+    with pytest.raises(ValueError, match=r"`retraction` must be 'sphere' for geodesic_rk4"):
+        integrators.GeodesicRK4(retraction="none")
