@@ -107,7 +107,7 @@ class SphereDensity:
 
 
 @pytree_dataclass(
-    data_fields=["labels", "w", "lam", "dlam", "scale", "legendre", "even", "odd", "weights", "mu"],
+    data_fields=["labels", "w", "lam", "dlam", "scale", "legendre", "even", "odd", "weights", "mu", "points"],
     meta_fields=["lmax", "nlon", "normalization"],
 )
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -124,6 +124,7 @@ class SphereDensityField:
     odd: jax.Array  # (lmax+1 [m], R, nlat/2): P̄_{m+2r+1, m}
     weights: jax.Array  # (nlat,) Gauss–Legendre weights in μ = cos θ
     mu: jax.Array  # (nlat,) nodes
+    points: jax.Array  # (3, nlat, nlon): the grid's Cartesian coordinates (made once)
     lmax: int
     nlon: int
     normalization: str
@@ -194,10 +195,7 @@ class SphereDensityField:
 
     def grid_points(self) -> jax.Array:
         """``x (3, nlat, nlon)``: the grid's Cartesian coordinates, components first."""
-        phi = 2.0 * np.pi * jnp.arange(self.nlon) / self.nlon
-        s = jnp.sqrt(1.0 - self.mu**2)[:, None]
-        z = jnp.broadcast_to(self.mu[:, None], (self.mu.size, self.nlon))
-        return jnp.stack([s * jnp.cos(phi)[None, :], s * jnp.sin(phi)[None, :], z])
+        return self.points
 
     # -- angular momentum -----------------------------------------------------------------------
     def _ladder(self, a: jax.Array) -> jax.Array:
@@ -289,6 +287,15 @@ def kept_degrees(lam: np.ndarray) -> int:
     return min(lam.size, -(-needed // 8) * 8)
 
 
+def _grid_points(mu: np.ndarray, nlon: int) -> np.ndarray:
+    """``(3, nlat, nlon)``: ``(sin θ cos φ, sin θ sin φ, cos θ)`` at ``cos θ = μ_j``, ``φ = 2πk/nlon``."""
+    phi = 2.0 * np.pi * np.arange(nlon) / nlon
+    s = np.sqrt(1.0 - mu**2)[:, None]
+    return np.stack(
+        [s * np.cos(phi)[None, :], s * np.sin(phi)[None, :], np.broadcast_to(mu[:, None], (mu.size, nlon))]
+    )
+
+
 def _parity_tables(table: np.ndarray, half: int) -> tuple[np.ndarray, np.ndarray]:
     """``(even, odd)``, each ``(m, R, half)``: rows ``l = m + 2r`` and ``l = m + 2r + 1`` of ``table``
     at the first ``half`` nodes (``μ < 0``), zero past ``lmax``; ``R = lmax // 2 + 1``."""
@@ -366,6 +373,7 @@ def make_sphere_field(
         odd=to_device(odd, dtype),
         weights=to_device(gauss, dtype),
         mu=to_device(mu, dtype),
+        points=to_device(_grid_points(mu, nlon), dtype),
         lmax=int(lmax),
         nlon=int(nlon),
         normalization=normalization,
