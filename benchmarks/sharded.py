@@ -16,7 +16,8 @@ the temporary memory XLA allocates for one compiled step (``memory_analysis``). 
 (n = 65536, no mask: the ``psum`` of the moments; causal: the prefix sums carried across the
 devices). The date, the machine and its load are recorded: on a shared machine read the CPU ratios.
 
-``python benchmarks/sharded.py --out /tmp/sharded.json --render`` (about 5 min on 2 cores);
+``python benchmarks/sharded.py --out benchmarks/RESULTS_sharded.json --render`` (about 7 min on 2 cores;
+``--from benchmarks/RESULTS_sharded.json`` redraws the section of ``RESULTS.md``);
 ``--quick`` for small n.
 """
 
