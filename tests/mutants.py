@@ -76,22 +76,20 @@ CANNOT_ACT = {
 # Where a mutant acts on the field but no measured value can tell it from the real one in law (the
 # reasons are in docs/mutants.md); every other acting cell has a failing row.
 BLIND = {
-    ("labels shuffled", "E6"): "iid uniform tokens: permuted labels have the law of permuted tokens; "
-    "every value of E6 is symmetric in the tokens",
-    ("Q^T for Q", "E6"): "RoPE's Q^T is the rotation by the opposite angle: positions reversed, the same law",
-    ("labels shuffled", "E9"): "as E6: the collapse to a Dirac and its rate are symmetric in the tokens",
-    ("Q^T for Q", "E9"): "as E6",
-    ("labels shuffled", "E7"): "the realised angles are permuted among the tokens: the same set of "
-    "relative angles",
-    ("beta x 0.5", "E7"): "the realisation reaches its consensus by tau = 40 at any of these speeds; its "
-    "recorded values are end states",
-    ("beta x 0.5", "E8"): "as E7",
-    ("time x 0.5", "E7"): "as E7",
-    ("time x 0.5", "E8"): "as E7",
-    ("beta x 2", "E7"): "as E7",
-    ("beta x 2", "E8"): "as E7",
-    ("time x 2", "E7"): "as E7",
-    ("time x 2", "E8"): "as E7",
+    ("labels shuffled", "E9"): "iid uniform tokens: permuted labels have the law of permuted tokens, and "
+    "every value of E9 (the collapse to a Dirac, its rate, whose weights are permuted with their "
+    "spectrum) is symmetric in the tokens",
+    ("Q^T for Q", "E9"): "RoPE's Q^T is the rotation by the opposite angle: the positions reversed, the "
+    "same law, as for the labels",
+    ("beta x 0.5", "E7"): "the realisation reaches its consensus by tau = 40 at any of these speeds, and "
+    "reproduce records only its end state (attnflow.workflows.reproduce measures realisations)",
+    ("beta x 2", "E7"): "as beta x 0.5",
+    ("time x 0.5", "E7"): "as beta x 0.5",
+    ("time x 2", "E7"): "as beta x 0.5",
+    ("beta x 0.5", "E8"): "as in E7",
+    ("beta x 2", "E8"): "as in E7",
+    ("time x 0.5", "E8"): "as in E7",
+    ("time x 2", "E8"): "as in E7",
 }
 
 

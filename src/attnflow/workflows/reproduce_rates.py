@@ -42,6 +42,9 @@ THEORY_METRICS = {
     "(attnflow.analysis.theory.axis_rate; W_Q = W_K = W_V = W, W_O = W^T, no gauge, usa, no mask)",
     "axis_rate_ceiling": "the fastest over the slowest rate of that linearisation: axis_rate_ratio lies "
     "between 1 and it",
+    "label_order": "(c - m)/(1 - m), c the mean of <x_i, x_j> over the tokens next to each other in label "
+    "order and m the mean cosine (a factor of the labels, no gauge): the share of the spread that the "
+    "labels order, 1 where tokens close in label gather, about 0 where the labels do not order the state",
     "second_token_error": "|theta(t) - theta_ODE(t)|, theta the angle of the second token to the first one "
     "(which never moves) and theta_ODE the closed-form two-token motion of a causal softmax layer with "
     "values I (attnflow.analysis.theory.second_token_angle)",
@@ -134,6 +137,14 @@ def theory_values(sim: Simulation, w: np.ndarray | None, ts, mean_cos, gauge_mea
             blank[b]["collapse_rate_ratio"] = fitted / slowest
             blank[b]["collapse_rate_ceiling"] = fastest / slowest
     factor = sim.kernel.factor
+    if not heads and hasattr(factor, "xi") and sim.kernel.gauge.is_identity:
+        order = np.argsort(np.asarray(factor.xi, dtype=np.float64), kind="stable")
+        for b in range(count):
+            ordered = xs[:, b, order]
+            neighbours = np.mean(np.sum(ordered[:, 1:] * ordered[:, :-1], axis=-1), axis=1)
+            spread = 1.0 - mean_cos[:, b]
+            share = (neighbours - mean_cos[:, b]) / np.where(spread > 1e-12, spread, np.nan)
+            blank[b]["label_order"] = np.where(np.isfinite(share), share, np.nan)
     circle = hasattr(factor, "omega") and sim.kernel.gauge.is_identity
     if plain and not heads and value == "gradient" and circle:
         omega, xi = float(factor.omega), np.asarray(factor.xi, dtype=np.float64)
