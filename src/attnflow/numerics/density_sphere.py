@@ -23,9 +23,10 @@ is ``∇U = −x × (iLU)`` (three syntheses of ``iL_c U``), and the divergence 
 
 **Transform.** Gauss–Legendre in ``cos θ`` and a uniform grid in ``φ``, with the orthonormal
 associated Legendre functions tabulated once (``O(lmax³)`` numbers); analysis and synthesis are an FFT
-in ``φ`` and one product per ``m``. The potential holds only the kernel's ``K`` degrees
+in ``φ`` and, per ``m``, two products over the paired nodes ``±μ`` (even and odd ``l + m``). The
+potential holds only the kernel's ``K`` degrees
 (:func:`kept_degrees`: 24 at β = 1, 32 at β = 5), so ``∇U`` has degree ``≤ K`` and the flux
-``x × (f ∇U)`` degree ``≤ lmax + K + 1``; the grid ``nlat = ⌈(2 lmax + K + 2)/2⌉``,
+``x × (f ∇U)`` degree ``≤ lmax + K + 1``; the grid ``nlat ≥ (2 lmax + K + 2)/2`` (even),
 ``nlon = 2 lmax + K + 2`` integrates its products with ``Y_lm`` (``l ≤ lmax``) exactly (no aliasing,
 no filter; usa): the scheme is the Galerkin truncation, mass (``a_00``) is conserved exactly
 (``L`` preserves the degree: no ``l = 0`` output) and ``dE/dt = Σ ρ ∫ f |∇U|² ≥ 0`` where
