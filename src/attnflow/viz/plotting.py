@@ -308,11 +308,41 @@ def _flat_scatter(
     (data units of ``ax``): one rasterised scatter, far side first. Returns it."""
     order, xy, style = _flat_points(pts)
     xy = np.asarray(centre) + radius * xy
+    return _dots(ax, xy, None if values is None else values[order], cmap=cmap, **style)
+
+
+def _dots(
+    ax: Axes, xy: np.ndarray, values: np.ndarray | None, *, cmap: str, s: Any, alpha: Any = None
+) -> Any:
+    """What ``ax.scatter(x, y, c=values, s=s, alpha=alpha, cmap=cmap, rasterized=True)`` draws (a
+    collection of round markers, coloured by ``values`` or in one colour when None), made directly:
+    ``Axes.scatter`` spends more on parsing its arguments than on these few points. Returns it."""
+    from matplotlib.collections import PathCollection
+    from matplotlib.markers import MarkerStyle
+
+    marker = MarkerStyle("o")
+    dots = PathCollection(
+        [marker.get_path().transformed(marker.get_transform())],
+        sizes=np.broadcast_to(np.asarray(s, dtype=float), (xy.shape[0],)),
+        offsets=xy,
+        offset_transform=ax.transData,
+        edgecolors="face",
+        linewidths=1.5,  # as scatter draws: the edge in the face's colour
+        rasterized=True,
+    )
     if values is None:
-        dots = ax.scatter(xy[:, 0], xy[:, 1], color="C0", rasterized=True, **style)
+        dots.set_facecolor("C0")
     else:
-        dots = ax.scatter(xy[:, 0], xy[:, 1], c=values[order], cmap=cmap, rasterized=True, **style)
-        _one_label_first_colour(dots, values)
+        dots.set_array(np.asarray(values, dtype=float))
+        dots.set_cmap(cmap)
+        dots.autoscale()
+        _one_label_first_colour(dots, np.asarray(values, dtype=float))
+    if alpha is not None:
+        dots.set_alpha(alpha)
+    from matplotlib.transforms import IdentityTransform
+
+    dots.set_transform(IdentityTransform())  # marker sizes in points², placed by the offsets (as scatter)
+    ax.add_collection(dots, autolim=False)
     dots.set_in_layout(False)
     return dots
 
@@ -585,13 +615,7 @@ class _StateGrid:
         frame = np.array([[x0, y0], [x0 + side, y0], [x0 + side, y0 + side], [x0, y0 + side], [x0, y0]])
         self._pieces[self._wires[2]].append(ring)
         self._pieces[self._frames].append(frame)
-        xy = centre + radius * coords
-        if values is None:
-            dots = ax.scatter(xy[:, 0], xy[:, 1], s=_MARKER_SIZE, color="C0", rasterized=True)
-        else:
-            dots = ax.scatter(xy[:, 0], xy[:, 1], s=_MARKER_SIZE, c=values, cmap=LABEL_CMAP, rasterized=True)
-            _one_label_first_colour(dots, values)
-        dots.set_in_layout(False)
+        dots = _dots(ax, centre + radius * coords, values, cmap=LABEL_CMAP, s=_MARKER_SIZE)
         dots.set_clip_path(Rectangle((x0, y0), side, side, transform=ax.transData))
         ax.panel_boxes.append(self._rect(x0, y0, side, side))
         names = ("x₁", "x₂") if d == 2 else (f"PC 1 (d = {d})", "PC 2")
