@@ -91,6 +91,13 @@ def test_a_sticky_shared_folder_above_is_accepted(tmp_path):
     assert "JAX_COMPILATION_CACHE_DIR" in compilation_cache_environ(sticky / "mine")
 
 
+def test_a_sweep_shares_the_user_s_private_cache_not_a_folder_in_the_sweep(tmp_path, monkeypatch):
+    mine = private_base(tmp_path) / "cache"
+    monkeypatch.setenv("ATTNFLOW_CACHE_DIR", str(mine))
+    environ = compilation_cache_environ()
+    assert environ["JAX_COMPILATION_CACHE_DIR"] == str(mine) and mode(mine) == 0o700
+
+
 def test_a_link_is_refused(tmp_path):
     base = private_base(tmp_path)
     (base / "real").mkdir(mode=0o700)

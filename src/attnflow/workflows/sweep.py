@@ -21,7 +21,6 @@ The sweep folder ``DIR``::
     DIR/results.parquet   one row per point: hash, grid values (columns named by the keys),
     DIR/results.csv       status, error, every top-level scalar of metrics.json, wall_time_s,
                           and the shape class of the final state (``attnflow.analysis.shapes``)
-    DIR/jax_cache/        compiled programs shared by the worker processes (safe to delete)
 
 Resumable: a point whose folder holds a ``metrics.json`` with ``run.status`` is finished and is
 skipped. Each point runs in a staging folder ``runs/<hash>.<id>.partial`` that is renamed to
@@ -39,9 +38,10 @@ core (``processes=True, threads_per_worker=1``): one single-threaded simulation 
 fastest layout for small runs, and results do not depend on the thread count. Worker processes
 get :data:`WORKER_ENVIRON` before they start (through the dask config
 ``distributed.nanny.pre-spawn-environ``): XLA, OpenMP, MKL and OpenBLAS limited to one thread, and
-``MALLOC_TRIM_THRESHOLD_`` set deliberately (see the constant), plus a JAX compilation cache in
-``DIR/jax_cache/`` (:func:`compilation_cache_environ`) so that each worker process does not
-compile the same programs again. ``scheduler="tcp://host:port"`` (or a scheduler file) uses an
+``MALLOC_TRIM_THRESHOLD_`` set deliberately (see the constant), plus JAX's compilation cache in
+the user's private cache folder (:func:`compilation_cache_environ`; never a folder inside ``DIR``,
+which others may be able to write) so that each worker process does not compile the same
+programs again. ``scheduler="tcp://host:port"`` (or a scheduler file) uses an
 existing cluster instead: start its workers with the same environment variables (see
 ``examples/sweeps/README.md``), on machines where ``DIR`` has the same path.
 
@@ -109,7 +109,6 @@ __all__ = [  # the planning names are re-exported: a sweep script needs this mod
 SWEEP_JSON = "sweep.json"
 RUNS = "runs"
 CONNECT_TIMEOUT = "20s"  # how long the client waits for an existing scheduler
-JAX_CACHE = "jax_cache"
 
 # Environment of each local worker process, set before it starts: single-threaded (small
 # simulations only contend for cores, and results must not depend on the thread count; see
@@ -120,15 +119,17 @@ JAX_CACHE = "jax_cache"
 WORKER_ENVIRON: dict[str, str] = {**SINGLE_THREAD_ENVIRON, "MALLOC_TRIM_THRESHOLD_": str(128 * 2**20)}
 
 
-def compilation_cache_environ(cache_dir: str | os.PathLike) -> dict[str, str]:
-    """Environment that makes JAX keep every compiled program in ``cache_dir`` (on disk), so that
-    a worker process compiles each program once per sweep folder, not once per process; empty (each
-    worker compiles its own programs) where another user could write or swap that folder
+def compilation_cache_environ(cache_dir: str | os.PathLike | None = None) -> dict[str, str]:
+    """Environment that makes JAX keep every compiled program in ``cache_dir`` (default: the user's
+    private cache folder, :func:`attnflow.numerics.private_folder.cache_folder`), so that a worker
+    process compiles each program once, not once per process; empty (each worker compiles its own
+    programs) where another user could write or swap that folder
     (:func:`attnflow.numerics.private_folder.check_private_folder`): a cached program runs as code."""
-    from attnflow.numerics.private_folder import CacheFolderError, check_private_folder
+    from attnflow.numerics.private_folder import CacheFolderError, cache_folder, check_private_folder
 
+    cache_dir = cache_folder() if cache_dir is None else Path(cache_dir)
     try:
-        check_private_folder(Path(cache_dir), create=False)
+        check_private_folder(cache_dir)
     except CacheFolderError as error:
         logging.getLogger(__name__).warning("no shared compilation cache: %s", error)
         return {}
@@ -392,7 +393,7 @@ def run_sweep(
         progress(0, len(todo))
     with contextlib.ExitStack() as stack:
         if todo:  # reach the cluster before writing anything
-            cache = compilation_cache_environ(out_dir / JAX_CACHE)
+            cache = compilation_cache_environ()
             client = stack.enter_context(connect(scheduler, workers, environ=cache, tls=tls))
         runs.mkdir(parents=True, exist_ok=True)
         write_json(out_dir / SWEEP_JSON, _sweep_record(plan))
