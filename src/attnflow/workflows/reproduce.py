@@ -55,7 +55,7 @@ from attnflow.core.gauges import DenseGauge
 from attnflow.io import reproduce_folder
 from attnflow.io.config import Config
 from attnflow.io.outcomes import FigureData, JobResult, Outcome
-from attnflow.numerics import batch, program_cache
+from attnflow.numerics import batch, placement, program_cache
 from attnflow.numerics.dynamics import make_vector_field
 from attnflow.numerics.solve import solve
 from attnflow.workflows import realize
@@ -116,7 +116,7 @@ def _solve_seeds(sim: Simulation, x0: jax.Array, tick: Tick) -> dict:
     seeds and the compile time."""
     options = dict(integrator=sim.integrator, dt=sim.dt, t_end=sim.t_end, save_every=sim.save_every,
                    noise=sim.noise, workers=1)  # fmt: skip
-    if jax.default_backend() != "cpu":
+    if placement.current().vmap_batches:
         runs = [solve(sim.field, x0, key=sim.key, on_snapshot=lambda k, t, x: tick(len(x)), **options)]
     else:  # run b draws its noise from split(key, B)[b], as in a batch
         keys = jax.random.split(sim.key, x0.shape[0])
@@ -274,7 +274,7 @@ def default_workers(*, quick: bool = False) -> int:
     """Worker processes: one per available core, at most 2; 1 on an accelerator, and 1 for the quick
     run, whose one-off costs (imports, compilations) exceed its simulations: a second process
     would pay them again (benchmarks/RESULTS.md, "Throughput of reproduce")."""
-    if quick or jax.default_backend() != "cpu":
+    if quick or not placement.current().worker_processes:
         return 1
     return batch.worker_count(2, None, where="reproduce")
 
