@@ -178,6 +178,15 @@ def test_write_run_figures_skips_missing_series(tmp_path):
     assert [p.name for p in paths] == ["states.png", "collapse.png"]
 
 
+def test_write_run_figures_leaves_the_states_out_on_request(tmp_path):
+    rng = np.random.default_rng(8)
+    ts = np.linspace(0.0, 5.0, T)
+    xs = _unit(rng, (T, N, 3))
+    paths = write_run_figures(tmp_path, ts=ts, xs=xs, us=xs, color=None, series=_series(ts), states=False)
+    assert [p.name for p in paths] == ["energy.png", "collapse.png"]
+    assert not (tmp_path / "states.png").exists()
+
+
 def test_write_run_figures_validates_shapes(tmp_path):
     rng = np.random.default_rng(6)
     ts = np.linspace(0.0, 5.0, T)

@@ -805,6 +805,7 @@ def write_run_figures(
     title: str | None = None,
     energy_max: float | None = None,
     formats: Sequence[str] | None = None,
+    states: bool = True,
 ) -> list[Path]:
     """Write the ``figures/`` PNGs of a run into ``out_dir`` (created if missing).
 
@@ -822,7 +823,8 @@ def write_run_figures(
     undefined (``None``/NaN), is skipped; a figure with nothing to draw is not written.
     ``color_label`` names the colour bar of the state panels (what ``color`` is: ``"label ξ"``,
     ``"position i"``, ``"prompt id"``); ``title`` (e.g. the config name and seed) heads every
-    figure; ``formats`` as in :func:`figure_formats`. Returns the PNG paths written, in the order
+    figure; ``formats`` as in :func:`figure_formats`; ``states=False`` leaves ``states.png`` out
+    (a caller that draws it from other snapshots). Returns the PNG paths written, in the order
     above.
     """
     where = "write_run_figures"
@@ -851,13 +853,15 @@ def write_run_figures(
     bar = None if color is None else color_label
 
     rows = [("content", content)] + ([] if gauge is None else [("gauge frame", gauge)])
-    # one colour bar per row, right of the last state (both panels of a row share the labels)
-    grid = _StateGrid(len(rows), 2, _PANEL_INCHES, bar_columns={1} if bar is not None else False)
-    for r, (frame, states) in enumerate(rows):
-        for c, (k, t) in enumerate(((0, t0), (-1, t1))):
-            panel = f"{head if r == c == 0 else ''}{frame}, t = {t:g}"
-            grid.draw(2 * r + c, states[k], color=color, title=panel, color_label=bar if c == 1 else None)
-    written.append(grid.save(out / "states.png", formats))
+    if states:
+        # one colour key per row, right of the last state (both panels of a row share the labels)
+        grid = _StateGrid(len(rows), 2, _PANEL_INCHES, bar_columns={1} if bar is not None else False)
+        for r, (frame, snapshots) in enumerate(rows):
+            for c, (k, t) in enumerate(((0, t0), (-1, t1))):
+                panel = f"{head if r == c == 0 else ''}{frame}, t = {t:g}"
+                key = bar if c == 1 else None
+                grid.draw(2 * r + c, snapshots[k], color=color, title=panel, color_label=key)
+        written.append(grid.save(out / "states.png", formats))
 
     if _has_data(series, "energy"):
         fig = _new_figure(5.5, 3.6, margins=_RUN_PLOT_MARGINS)
