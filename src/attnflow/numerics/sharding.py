@@ -37,15 +37,9 @@ tile pair once for both of its rows), the price of rows that stay local.
 
 The expansion (``interaction = "expansion"``; the paper's field and layers of heads, whose
 queries and keys are rescaled by ``|W_Q|₂``, ``|W_K|₂`` as in ``expansion.expansion_qkv_sum``):
-without a mask and without the distance bias, the moments ``M = Σ_j F(k_j)ᵀ [a_j y_j]`` of the
-local tokens are added over the devices (``psum``) and each device evaluates its own rows against
-them (``O(n R d / P)`` work per device and one ``R × T d'`` reduction). The causal and
-distance-bias prefix sums (``expansion._prefix_sum``: token order, or label order before and after
-each token) are cut into ``P`` contiguous pieces of whole ``PREFIX_CHUNK`` chunks, so that the
-pairs summed exactly (inside a chunk) are those of one device; each device runs its piece from
-the carry of the pieces before it: their moments, all-gathered and folded in order by a
-``lax.scan`` over the pieces (the decay of the distance bias applied between the pieces' last
-labels).
+the moments of each device's tokens added over the devices, the causal and distance-bias prefix
+sums run piece by piece from the carry of the pieces before
+(:mod:`attnflow.numerics.sharded_expansion`).
 
 The results agree with one device to round-off (the sums are regrouped: tiles of rows against
 keys instead of symmetric tiles, a running row maximum for "sa"): ``tests/test_sharding.py``
@@ -68,13 +62,18 @@ import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
 from attnflow.core import factors
-from attnflow.core.heads import head_norms
-from attnflow.core.kernel import Kernel, Profile
 from attnflow.core.pytree import pytree_dataclass
 from attnflow.core.sphere import project
-from attnflow.numerics import expansion
 from attnflow.numerics.dynamics import AttentionField
 from attnflow.numerics.heads_field import HeadsField
+from attnflow.numerics.sharded_expansion import (
+    expansion_sum,
+    field_plan,
+    gathered,
+    heads_plans,
+    padded_rows,
+    with_ones,
+)
 
 AXIS = "tokens"
 ROW_SHARDED_FACTORS = (factors.MatrixFactor,)  # factors whose arrays are n × n: sharded by rows
@@ -118,14 +117,6 @@ def make_token_mesh(devices=None, *, axis: str = AXIS) -> TokenMesh:
 
 
 # ----------------------------------------------------------------------------- the local rows
-
-
-def _padded_rows(a: jax.Array, rows: int) -> jax.Array:
-    """``a`` with its first axis padded to ``rows`` by copies of its last row (finite, unit tokens)."""
-    pad = rows - a.shape[0]
-    if pad == 0:
-        return a
-    return jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1), mode="edge")
 
 
 def _row_sharded(factor) -> bool:
@@ -222,11 +213,6 @@ def _normalised(summed, dv: int, *, sa: bool, scale, n: int, guard: bool):
     return jnp.where(denominator > 0, summed[:, :dv] / safe, 0.0)
 
 
-def _gathered(a: jax.Array, axis: str, n: int) -> jax.Array:
-    """The rows of every device, in token order, without the padding: ``(n, ...)``."""
-    return jax.lax.all_gather(a, axis, tiled=True)[:n]
-
-
 def _held(v: jax.Array, offset, sources: int) -> jax.Array:
     """``v`` with the rows of the first ``sources`` tokens (by global index) set to zero."""
     if sources == 0:
@@ -243,8 +229,8 @@ def _attention_rows(field: AttentionField, axis: str, n: int, x, gauge, factor, 
     rows; returns the velocities of every token (all-gathered)."""
     offset = jax.lax.axis_index(axis) * x.shape[0]
     u_here = gauge.apply(x)
-    u = _gathered(u_here, axis, n)
-    values = u if field.value == "gradient" else _gathered(x, axis, n)
+    u = gathered(u_here, axis, n)
+    values = u if field.value == "gradient" else gathered(x, axis, n)
     sa = field.normalization == "sa"
     if field.causal == "strict":  # the one-device field sums it by qkv_sum: bounded by the logits
         shift = "row" if sa else "bound"
@@ -262,7 +248,7 @@ def _attention_rows(field: AttentionField, axis: str, n: int, x, gauge, factor, 
     g = _normalised(summed, values.shape[1], sa=sa, scale=scale, n=n, guard=field.causal == "strict")
     if field.value == "gradient":
         g = gauge.apply_transpose(g)
-    return _gathered(_held(project(x, g), offset, field.sources), axis, n)
+    return gathered(_held(project(x, g), offset, field.sources), axis, n)
 
 
 def _logit_bound(q_here, k, axis):
@@ -279,8 +265,8 @@ def _heads_rows(field: HeadsField, axis: str, n: int, x, heads, profile):
     total = jnp.zeros_like(x)
     for head in heads:
         q = head.queries(x)
-        k = _gathered(head.keys(x), axis, n)
-        v = _gathered(head.value_vectors(x), axis, n)
+        k = gathered(head.keys(x), axis, n)
+        v = gathered(head.value_vectors(x), axis, n)
         bound = _logit_bound(q, k, axis) if exp and not sa else jnp.zeros((), x.dtype)
         summed = _local_sum(
             head.factor, profile, q, k, v, offset=offset, n=n, causal=field.causal, sa=sa,
@@ -288,154 +274,7 @@ def _heads_rows(field: HeadsField, axis: str, n: int, x, heads, profile):
         )  # fmt: skip
         scale = profile.c * jnp.exp(profile.beta * bound) if exp else profile.c
         total = total + head.read_out(_normalised(summed, v.shape[1], sa=sa, scale=scale, n=n, guard=True))
-    return _gathered(_held(project(x, total), offset, field.sources), axis, n)
-
-
-def _expansion_plan(field: AttentionField, dtype):
-    """The expansion's degree and feature weights, from the field's concrete β, and the direction
-    of the labels of a causal distance bias (both needed before tracing)."""
-    kernel, d = field.kernel, field.kernel.gauge.d
-    degree = expansion._check(kernel, d, field.normalization, field.tolerance)
-    direction = 1.0
-    if field.causal is not False and isinstance(kernel.factor, factors.DistanceBias):
-        direction = expansion._monotone_direction(kernel.factor.xi)
-    return expansion._Plan(expansion._beta(kernel), degree, d, dtype), direction
-
-
-def _prefix_sum_from(plan, profile, q, k, y, a, zeta, slope, carry, *, strict: bool, same: bool):
-    """``expansion._prefix_sum`` started from ``carry = (moments, zeta_ref)`` (the moments of every
-    earlier token, decayed to the label ``zeta_ref``) instead of zero: the rows of one shard."""
-    c = expansion.PREFIX_CHUNK
-    chunked = expansion._chunked
-    chunks = (chunked(q, c), chunked(k, c), chunked(y, c), chunked(a, c), chunked(zeta, c, edge=True))
-    local = jnp.arange(c)
-    below = local[None, :] < local[:, None] if strict else local[None, :] <= local[:, None]
-
-    def step(carry, chunk):
-        moments, zeta_ref = carry
-        qc, kc, yc, ac, zc = chunk
-        key_features = plan.features(kc)
-        query_features = key_features if same else plan.features(qc)
-        into = ac * jnp.exp(-slope * (zc - zeta_ref))[:, None]
-        across = expansion._gather(into, query_features @ (moments * plan.weights[:, None]))
-        gap = jnp.maximum(zc[:, None] - zc[None, :], 0.0)
-        w = jnp.where(below, (ac @ ac.T) * jnp.exp(-slope * gap), 0.0)
-        inside = (w * profile.dphi_unit((kc if same else qc) @ kc.T).astype(k.dtype)) @ yc
-        zeta_last = zc[-1]
-        out_of = ac * jnp.exp(-slope * (zeta_last - zc))[:, None]
-        moments = jnp.exp(-slope * (zeta_last - zeta_ref)) * moments + key_features.T @ expansion._spread(
-            out_of, yc
-        )
-        return (moments, zeta_last), across + inside
-
-    _, out = jax.lax.scan(step, carry, chunks)
-    return out.reshape(-1, y.shape[1])[: k.shape[0]]
-
-
-def _chunk(plan, rows: int) -> int:
-    """Tokens per chunk of the moments: ``chunk · R`` about ``expansion.CHUNK_ENTRIES`` (as one device)."""
-    return int(min(rows, max(64, expansion.CHUNK_ENTRIES // plan.rank)))
-
-
-def _moments(plan, k_chunks, y_chunks, a_chunks) -> jax.Array:
-    """``Σ_j F(k_j)ᵀ [a_j1 y_j, …, a_jT y_j]`` over chunks ``(m, chunk, ·)`` (``lax.scan``): memory
-    ``O(chunk · R)``, not ``O(rows · R)``."""
-
-    def accumulate(moments, c):
-        kc, yc, ac = c
-        return moments + plan.features(kc).T @ expansion._spread(ac, yc), None
-
-    init = jnp.zeros((plan.rank, a_chunks.shape[2] * y_chunks.shape[2]), k_chunks.dtype)
-    return jax.lax.scan(accumulate, init, (k_chunks, y_chunks, a_chunks))[0]
-
-
-def _sharded_prefix(
-    plan, profile, q, k, y, a, zeta, slope, *, strict: bool, same: bool, axis: str, shards: int
-):
-    """``expansion._prefix_sum`` of every token (``q``, ``k``, ``y``, ``a``, ``zeta`` in processing
-    order, on every device; ``same``: ``q`` is ``k``) with the order cut into ``shards`` contiguous
-    pieces of whole ``PREFIX_CHUNK`` chunks, so that the pairs summed exactly are those of one
-    device. Each device sums its piece from the carry of the pieces before it: their moments
-    (``all_gather``, ``R × T d'`` each) folded in order (a ``lax.scan`` over the pieces). Returns
-    the sums of every token."""
-    n = k.shape[0]
-    chunk = expansion.PREFIX_CHUNK
-    rows = -(-n // (shards * chunk)) * chunk
-    total = rows * shards
-    zeros = lambda t: jnp.pad(t, [(0, total - n)] + [(0, 0)] * (t.ndim - 1))  # noqa: E731
-    q, k, zeta = _padded_rows(q, total), _padded_rows(k, total), _padded_rows(zeta, total)
-    y, a = zeros(y), zeros(a)  # the padding tokens add nothing
-    p = jax.lax.axis_index(axis)
-    qp, kp, yp, ap, zp = (jax.lax.dynamic_slice_in_dim(t, p * rows, rows) for t in (q, k, y, a, zeta))
-    last = zp[-1]
-    chunked = lambda t: expansion._chunked(t, chunk)  # noqa: E731  (whole chunks: rows is a multiple)
-    own = _moments(plan, chunked(kp), chunked(yp), chunked(ap * jnp.exp(-slope * (last - zp))[:, None]))
-    owns, lasts = jax.lax.all_gather(own, axis), jax.lax.all_gather(last, axis)
-
-    def fold(carry, piece):
-        moments, zeta_ref = carry
-        own_q, last_q, q = piece
-        folded = (jnp.exp(-slope * (last_q - zeta_ref)) * moments + own_q, last_q)
-        return jax.tree.map(lambda new, old: jnp.where(q < p, new, old), folded, carry), None
-
-    start = (jnp.zeros_like(own), zeta[0])
-    carry, _ = jax.lax.scan(fold, start, (owns, lasts, jnp.arange(shards)))
-    out = _prefix_sum_from(plan, profile, qp, kp, yp, ap, zp, slope, carry, strict=strict, same=same)
-    return jax.lax.all_gather(out, axis, tiled=True)[:n]
-
-
-def _expansion_sum(plan, factor, profile, q, k, y, *, causal, direction: float, axis: str, n: int):
-    """``Σ_j w_ij p_L(⟨q_i, k_j⟩) y_j`` (``j <= i`` or ``j < i`` when causal) for this device's rows,
-    unnormalised: ``expansion._kernel_sum`` sharded (``q``, ``k``, ``y``: the device's rows; ``q is
-    k`` for the paper's kernel). No mask and no distance bias: the moments of the local tokens are
-    added over the devices (``psum``), then each device evaluates its rows against them. Otherwise
-    the prefix sums of ``_sharded_prefix``, in token order (causal) or in label order (the
-    distance bias: the tokens before and after each one)."""
-    here, dtype, same = q.shape[0], q.dtype, q is k
-    offset = jax.lax.axis_index(axis) * here
-    rows = jnp.arange(here)
-    global_idx = jnp.minimum(offset + rows, n - 1)
-    labels = expansion._label_terms(factor, n, dtype)
-    bias = isinstance(factor, factors.DistanceBias)
-    if causal is False and not bias:
-        a = labels[global_idx]
-        real = (offset + rows < n).astype(dtype)[:, None]  # padding rows add nothing
-        chunk = _chunk(plan, here)
-        chunked = lambda t: expansion._chunked(t, chunk)  # noqa: E731
-        moments = jax.lax.psum(_moments(plan, chunked(k), chunked(y), chunked(a * real)), axis)
-        weighted = moments * plan.weights[:, None]
-        evaluate = lambda c: expansion._gather(c[1], plan.features(c[0]) @ weighted)  # noqa: E731
-        summed = jax.lax.map(evaluate, (chunked(q), chunked(a)))
-        return summed.reshape(-1, y.shape[1])[:here]
-    shards = jax.lax.axis_size(axis)
-
-    def prefix(q, k, y, zeta, slope, strict):
-        options = dict(strict=strict, same=same, axis=axis, shards=shards)
-        return _sharded_prefix(plan, profile, q, k, y, labels, zeta, slope, **options)
-
-    k_all, y_all = _gathered(k, axis, n), _gathered(y, axis, n)
-    q_all = k_all if same else _gathered(q, axis, n)
-    if causal is not False:
-        if bias:
-            zeta, slope = direction * factor.xi.astype(dtype), factor.slope.astype(dtype)
-        else:
-            zeta, slope = jnp.zeros(n, dtype), jnp.zeros((), dtype)
-        summed_all = prefix(q_all, k_all, y_all, zeta, slope, causal == "strict")
-    else:
-        order = jnp.argsort(factor.xi)
-        zeta, slope = factor.xi.astype(dtype)[order], factor.slope.astype(dtype)
-        ks, ys = k_all[order], y_all[order]
-        qs = ks if same else q_all[order]
-        before = prefix(qs, ks, ys, zeta, slope, False)
-        k_back = ks[::-1]
-        after = prefix(k_back if same else qs[::-1], k_back, ys[::-1], -zeta[::-1], slope, True)
-        summed_all = jnp.zeros_like(y_all).at[order].set(before + after[::-1])
-    return summed_all[global_idx]
-
-
-def _with_ones(y: jax.Array, sa: bool) -> jax.Array:
-    """``y`` with a column of ones for "sa" (the softmax denominators come out of the same sum)."""
-    return jnp.concatenate([y, jnp.ones((y.shape[0], 1), y.dtype)], axis=1) if sa else y
+    return gathered(_held(project(x, total), offset, field.sources), axis, n)
 
 
 def _expansion_rows(field: AttentionField, prepared, axis: str, n: int, x, gauge, factor, profile):
@@ -444,39 +283,13 @@ def _expansion_rows(field: AttentionField, prepared, axis: str, n: int, x, gauge
     offset = jax.lax.axis_index(axis) * x.shape[0]
     u = gauge.apply(x)
     sa = field.normalization == "sa"
-    y = _with_ones(u if field.value == "gradient" else x, sa)
+    y = with_ones(u if field.value == "gradient" else x, sa)
     options = dict(causal=field.causal, direction=direction, axis=axis, n=n)
-    summed = _expansion_sum(plan, factor, profile, u, u, y, **options)
+    summed = expansion_sum(plan, factor, profile, u, u, y, **options)
     g = _normalised(summed, x.shape[1], sa=sa, scale=profile.scale, n=n, guard=field.causal == "strict")
     if field.value == "gradient":
         g = gauge.apply_transpose(g)
-    return _gathered(_held(project(x, g), offset, field.sources), axis, n)
-
-
-def _scaled(head, profile):
-    """``expansion._scaled`` with the numbers made by NumPy: ``(|W_Q|₂, |W_K|₂, profile of β' = β
-    |W_Q|₂ |W_K|₂)``, concrete even while a program is traced (``expansion._scaled`` makes β' with
-    ``jnp.asarray``, a traced value inside ``jit``, which its own degree check then refuses)."""
-    nq, nk = head_norms(head)
-    beta = np.asarray(float(profile.beta) * nq * nk, np.asarray(profile.beta).dtype)
-    return nq, nk, Profile(kind=profile.kind, beta=beta, c=np.asarray(profile.c))
-
-
-def _heads_plans(field: HeadsField, dtype) -> tuple:
-    """Per head, the expansion of ``expansion.expansion_qkv_sum``, made before tracing: the norms
-    ``|W_Q|₂``, ``|W_K|₂``, the profile of ``β' = β |W_Q|₂ |W_K|₂``, the plan and the direction of
-    the labels of a causal distance bias."""
-    plans = []
-    for head in field.heads:
-        nq, nk, scaled = _scaled(head, field.profile)
-        kernel = Kernel(head.gauge, head.factor, scaled)
-        degree = expansion._check(kernel, head.head_dim, field.normalization, field.tolerance)
-        direction = 1.0
-        if field.causal is not False and isinstance(head.factor, factors.DistanceBias):
-            direction = expansion._monotone_direction(head.factor.xi)
-        plan = expansion._Plan(float(scaled.beta), degree, head.head_dim, dtype)
-        plans.append((nq, nk, scaled, plan, direction))
-    return tuple(plans)
+    return gathered(_held(project(x, g), offset, field.sources), axis, n)
 
 
 def _heads_expansion_rows(field: HeadsField, plans, axis: str, n: int, x, heads):
@@ -489,10 +302,10 @@ def _heads_expansion_rows(field: HeadsField, plans, axis: str, n: int, x, heads)
         k = head.keys(x) / jnp.asarray(nk, x.dtype)
         v = head.value_vectors(x)
         options = dict(causal=field.causal, direction=direction, axis=axis, n=n)
-        summed = _expansion_sum(plan, head.factor, scaled, q, k, _with_ones(v, sa), **options)
+        summed = expansion_sum(plan, head.factor, scaled, q, k, with_ones(v, sa), **options)
         g = _normalised(summed, v.shape[1], sa=sa, scale=scaled.scale, n=n, guard=True)
         total = total + head.read_out(g)
-    return _gathered(_held(project(x, total), offset, field.sources), axis, n)
+    return gathered(_held(project(x, total), offset, field.sources), axis, n)
 
 
 # ----------------------------------------------------------------------------- the sharded field
@@ -574,14 +387,14 @@ class ShardedField:
         placement = self.placement
         local = placement.rows_per_shard(n)
         rows = local * placement.shards
-        pad = lambda tree: jax.tree.map(lambda a: _padded_rows(a, rows), tree)  # noqa: E731
+        pad = lambda tree: jax.tree.map(lambda a: padded_rows(a, rows), tree)  # noqa: E731
         field = self.field
         if isinstance(field, HeadsField):
             heads = tuple(
                 _replaced(h, gauge=pad(h.gauge), factor=_padded_factor(h.factor, pad)) for h in field.heads
             )
 
-            plans = _heads_plans(field, x.dtype) if field.interaction == "expansion" else None
+            plans = heads_plans(field, x.dtype) if field.interaction == "expansion" else None
 
             def body(x, heads, profile, mine):
                 own = lambda h: _replaced(h, gauge=mine(h.gauge), factor=_factor_rows(h.factor, mine))  # noqa: E731
@@ -594,7 +407,7 @@ class ShardedField:
         else:
             kernel = field.kernel
             if field.interaction == "expansion":
-                prepared = _expansion_plan(field, x.dtype)
+                prepared = field_plan(field, x.dtype)
                 rows_fn = lambda *args: _expansion_rows(field, prepared, *args)  # noqa: E731
             else:
                 rows_fn = lambda *args: _attention_rows(field, *args)  # noqa: E731
@@ -617,7 +430,7 @@ class ShardedField:
         sharded = jax.shard_map(
             rows_of, mesh=placement.mesh, in_specs=whole, out_specs=whole, check_vma=False
         )
-        return sharded(_padded_rows(x, rows), *operands)
+        return sharded(padded_rows(x, rows), *operands)
 
 
 def _padded_factor(factor, pad):
