@@ -155,6 +155,15 @@ def test_solve_takes_the_sharded_field_and_the_program_cache_keys_it():
     assert float(np.max(np.abs(got.xs[-1] - x0))) > 1e-3  # the tokens moved
 
 
+def test_pickling_says_to_stay_in_this_process():
+    """A batch solved in worker processes pickles its field: a sharded field (its mesh holds this
+    process's devices) says so, and names the fix."""
+    import pickle
+
+    with pytest.raises(TypeError, match=r"sharding: a ShardedField must stay in the process .* workers=1"):
+        pickle.dumps(sharding.shard_tokens(_paper_field(), _one_device()))
+
+
 def test_errors_name_the_parameter():
     field = _paper_field()
     with pytest.raises(

@@ -370,6 +370,12 @@ class ShardedField:
         (the wrapped field's arrays as children), which caches by structure."""
         return False
 
+    def __reduce__(self):
+        raise TypeError(
+            "sharding: a ShardedField must stay in the process that made it (its mesh holds this "
+            "process's devices); got a pickle. Solve a batch of it in this process: solve(..., workers=1)."
+        )
+
     @property
     def interaction(self) -> str:
         return self.field.interaction
