@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -217,3 +218,20 @@ def test_the_expectation_table_has_every_row_and_the_readme_block_is_replaced():
     assert "old" not in new and table in new
     with pytest.raises(ValueError, match="must hold <!-- reproduce-table -->"):
         expectation_table.replace_block("no markers", table)
+
+
+# --------------------------------------------------------------------------- closed-form rates
+
+
+def test_fitted_rate_reads_the_first_stretch_above_the_error_floor():
+    from attnflow.workflows.reproduce_rates import RATE_WINDOW, fitted_rate
+
+    ts = np.arange(0.0, 20.0, 0.1)
+    deficit = 1e-3 * np.exp(-5.0 * ts)  # 1e-3 (above the window) down to round-off
+    floor = np.where(ts > 6.0, 1e-10 * (1.5 + np.sin(7 * ts)), deficit)  # an error floor inside the window
+    # the slope of the first stretch in the window, not of the floor after it: exact for an exponential
+    assert fitted_rate(ts, floor) == pytest.approx(5.0, rel=1e-9)
+    assert fitted_rate(ts, deficit, last=3) == pytest.approx(5.0, rel=1e-9)
+    assert fitted_rate(ts[:3], deficit[:3]) is None  # never inside the window: no rate
+    assert fitted_rate(ts, np.full_like(ts, 1e-2)) is None  # never decays into it
+    assert RATE_WINDOW[0] < RATE_WINDOW[1]
