@@ -11,9 +11,11 @@ of a subclass of the field's class (``Mutant[<name>]``) that applies the mutatio
 (:func:`attnflow.numerics.program_cache.split_field`), so no program compiled for the real field
 (nor for another mutant) can stand in for it.
 
-A mutant *can act* on a run when its field differs from the real one at the run's initial state
-(relative difference above :data:`ACTS_RTOL`); where it cannot (the gauge ignored without a gauge,
-Q^T for a symmetric gauge), no row can notice it, and the table says so.
+A mutant *can act* on a run when the part it changes is in the run's field (:func:`acts`: a gauge,
+an asymmetric gauge for Q^T, a factor, a mask, the softmax, the expansion; the sign, beta and the
+clock always). Where it cannot, its field is the real one (:func:`changes` evaluates both), no row
+can notice it, and the table says so (:data:`CANNOT_ACT`). :data:`BLIND` lists the cells where it
+acts and every row still passes, with the reason (docs/mutants.md).
 """
 
 from __future__ import annotations
