@@ -53,6 +53,10 @@ KEY_MEANINGS: dict[str, str] = {
     "gauge.frequencies": "rope: `roformer` (θ_k = base^{-2(k-1)/d}), `full_period` (θ_1 = 2π/n: "
     "positions 0..n-1 cover one turn) or a list of frequencies",
     "gauge.base": "rope `roformer`: the base of the frequencies",
+    "gauge.preset": "rope: the RoPE of a published model (`llama2`, `llama3`, `llama3.1`, `qwen2`, "
+    "`mistral`, `gpt-neox`, `gpt-j`, `gemma`): its base, rotary part, pair layout and scaling; the "
+    "gauge's dimension must be its head dimension",
+    "gauge.scaling": "with `gauge.preset`: `preset` (the model's own long-context scaling) or `none`",
     "gauge.axes": "generalized_rope (d = 3): one rotation generator per axis, applied in order",
     "gauge.generators": "generalized_rope: skew-symmetric generators G_k (replaces `axes`)",
     "gauge.rates": "generalized_rope: the rates ω_k as multiples of `gauge.omega`",

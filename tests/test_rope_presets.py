@@ -121,3 +121,50 @@ def test_unknown_presets_and_head_dimensions_are_one_clear_error():
         rope_presets.check_head_dim(get_preset("llama3"), 64, name="head_dim", where="attention")
     with pytest.raises(ValueError, match=r"^rope preset: `scaling` must be one of"):
         Scaling("dynamic", 2.0, 4096)
+
+
+# --- in a config file --------------------------------------------------------------------------
+
+
+def _preset_config(**gauge):
+    from attnflow.io.config import config_from_dict
+
+    return config_from_dict(
+        {"model": {"n": 16, "d": 128}, "aux": {"kind": "positions"}, "gauge": {"kind": "rope", **gauge}}
+    )
+
+
+@pytest.mark.parametrize("scaling", ["preset", "none"])
+def test_a_config_preset_builds_the_model_s_rope(scaling):
+    from attnflow.workflows.build import make_gauge, make_labels
+
+    config = _preset_config(preset="llama3.1", scaling=scaling)
+    gauge = make_gauge(config, make_labels(config), jnp.float64)
+    preset = get_preset("llama3.1")
+    omega = scaled_frequencies(preset) if scaling == "preset" else rope_presets.base_frequencies(preset)
+    assert gauge.layout == "half"
+    np.testing.assert_array_equal(np.asarray(gauge.angles), np.outer(np.arange(16.0), omega))
+
+
+MODEL = {"model": {"n": 16, "d": 128}, "aux": {"kind": "positions"}}
+LLAMA3 = {"kind": "rope", "preset": "llama3"}
+
+
+@pytest.mark.parametrize(
+    ("data", "pattern"),
+    [
+        ({"model": {"n": 16, "d": 64}, "gauge": LLAMA3},
+         r"`model\.d` must be 128, the head dimension of `gauge\.preset` = 'llama3'; got 64\."),
+        ({"gauge": LLAMA3 | {"base": 500000.0}},
+         r"`gauge\.base` must be left unset when `gauge\.preset` = 'llama3' \(the preset sets it\); "
+         r"got 500000\.0\."),
+        ({"gauge": {"kind": "rope", "scaling": "none"}},
+         r"`gauge\.scaling` must be left at 'preset' unless `gauge\.preset` names a model; got 'none'\."),
+        ({"gauge": {"kind": "rope", "preset": "llama4"}}, r"`gauge\.preset` must be one of .*'llama4'"),
+    ],
+)  # fmt: skip
+def test_config_presets_refuse_what_does_not_fit(data, pattern):
+    from attnflow.io.config import ConfigError, config_from_dict
+
+    with pytest.raises(ConfigError, match=rf"^config: {pattern}"):
+        config_from_dict(MODEL | data)

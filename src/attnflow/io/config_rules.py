@@ -191,6 +191,36 @@ def _rope_frequencies_fit(config) -> None:
         )
 
 
+def _preset_sets_the_rope(config) -> None:
+    """A preset is a RoPE gauge whose frequencies, base and layout come from a published model, in
+    that model's head dimension."""
+    gauge = config.gauge
+    if gauge.preset is None:
+        if gauge.scaling != "preset":
+            raise ConfigError.from_parts(
+                "gauge.scaling", "left at 'preset' unless `gauge.preset` names a model", gauge.scaling
+            )
+        return
+    from attnflow.core.rope_presets import get_preset
+
+    if gauge.kind != "rope":
+        raise ConfigError.from_parts("gauge.kind", "'rope' when `gauge.preset` is set", gauge.kind)
+    if gauge.frequencies != "full_period" or gauge.base != 10000.0:
+        name = "gauge.frequencies" if gauge.frequencies != "full_period" else "gauge.base"
+        value = gauge.frequencies if name == "gauge.frequencies" else gauge.base
+        raise ConfigError.from_parts(
+            name, f"left unset when `gauge.preset` = {gauge.preset!r} (the preset sets it)",
+            list(value) if isinstance(value, tuple) else value,
+        )  # fmt: skip
+    head_dim, d = get_preset(gauge.preset).head_dim, gauge_dim(config)
+    if d != head_dim:
+        heads = config.attention is not None and config.attention.head_dim is not None
+        key = "attention.head_dim" if heads else "model.d"
+        raise ConfigError.from_parts(
+            key, f"{head_dim}, the head dimension of `gauge.preset` = {gauge.preset!r}", d
+        )
+
+
 def _generators_fit(config) -> None:
     gauge, d = config.gauge, gauge_dim(config)
     if gauge.kind != "generalized_rope":
@@ -288,6 +318,7 @@ RULES: tuple[Callable[[Any], None], ...] = (
     _positions_are_finite,
     _softmax_has_nonnegative_factor,
     _rope_frequencies_fit,
+    _preset_sets_the_rope,
     _generators_fit,
     _expansion_has_label_structure,
     _sources_leave_movers,

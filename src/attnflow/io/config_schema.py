@@ -12,12 +12,13 @@ a boolean ``true``/``false`` (not ``"yes"``, not 1), a string a string; a number
 integer too (TOML's ``beta = 1``). Lists are TOML arrays (read as tuples), with strict entries.
 """
 
-from typing import Annotated, Literal, Self
+from typing import Annotated, ClassVar, Literal, Self
 
 import numpy as np
 from annotated_types import Ge, Gt, Le, MinLen
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_serializer, model_validator
 
+from attnflow.core.rope_presets import PRESETS
 from attnflow.io.config_rules import MAX_STEPS, check_rules
 
 __all__ = [
@@ -52,6 +53,17 @@ FilePath = Annotated[Str | None, Field(description="a file path (a non-empty str
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    # keys added after runs existed: left out of the resolved config at their default, so that
+    # resolved configs (and their hashes, the names of run folders) are what they were before
+    absent_at_default: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _without_new_keys_at_default(self, handler):
+        data = handler(self)
+        for name in self.absent_at_default:
+            if getattr(self, name) == type(self).model_fields[name].default:
+                data.pop(name, None)
+        return data
 
 
 class ModelConfig(_Frozen):
@@ -102,6 +114,9 @@ class GaugeConfig(_Frozen):
     omega: Literal["full_period"] | Float = "full_period"
     seed: Seed = 100
     path: FilePath = None
+    preset: Literal[tuple(PRESETS)] | None = None  # type: ignore[valid-type]  (the published models' RoPE)
+    scaling: Literal["preset", "none"] = "preset"
+    absent_at_default = ("preset", "scaling")
 
     @field_validator("generators")
     @classmethod
@@ -201,15 +216,7 @@ class SolverConfig(_Frozen):
         "steps over the whole run (the run then stops with status 'max_steps'); left out: at most "
         "10^6 trial steps per snapshot",
     )
-
-    @model_serializer(mode="wrap")
-    def _without_absent_max_steps(self, handler):
-        """No ``max_steps`` key when it is not set: resolved configs (and their hashes, the names
-        of run folders) are what they were before the key existed."""
-        data = handler(self)
-        if self.max_steps is None:
-            data.pop("max_steps", None)
-        return data
+    absent_at_default = ("max_steps",)
 
 
 class StorageConfig(_Frozen):

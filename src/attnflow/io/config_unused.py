@@ -28,7 +28,9 @@ __all__ = ["IGNORED", "LIST", "check_unused"]
 
 LIST = "a list"  # the choice of `gauge.frequencies` when it is an explicit list
 
-_GAUGE_PARAMETERS = ("frequencies", "base", "axes", "generators", "rates", "omega", "seed", "path")
+_GAUGE_PARAMETERS = (
+    "frequencies", "base", "axes", "generators", "rates", "omega", "seed", "path", "preset", "scaling"
+)
 
 # (section, selecting key) -> {choice: keys of the section that this choice does not read}; every
 # choice is listed (the hint names the choices that read a key)
@@ -42,8 +44,10 @@ IGNORED: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {
     ("gauge", "kind"): {
         "none": _GAUGE_PARAMETERS,
         "rope": ("axes", "generators", "rates", "omega", "seed", "path"),
-        "generalized_rope": ("frequencies", "base", "seed", "path"),
-        "prompt": ("frequencies", "base", "axes", "generators", "rates", "omega", "path"),
+        "generalized_rope": ("frequencies", "base", "seed", "path", "preset", "scaling"),
+        "prompt": (
+            "frequencies", "base", "axes", "generators", "rates", "omega", "path", "preset", "scaling"
+        ),
         "file": tuple(key for key in _GAUGE_PARAMETERS if key != "path"),
     },
     ("gauge", "frequencies"): {  # RoPE's base only sets the 'roformer' frequencies

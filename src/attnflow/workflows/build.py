@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnflow.core import factors, gauges, sphere
+from attnflow.core import factors, gauges, rope_presets, sphere
 from attnflow.core.heads import head_norms
 from attnflow.core.host import to_device
 from attnflow.core.kernel import Kernel, make_profile
@@ -165,6 +165,12 @@ def make_gauge(config: Config, xi: np.ndarray, dtype, *, d: int | None = None) -
     d = config.model.d if d is None else d
     if g.kind == "none":
         return gauges.IdentityGauge(n=n, d=d)
+    if g.kind == "rope" and g.preset is not None:
+        preset = rope_presets.get_preset(g.preset)
+        scaled = g.scaling == "preset"
+        freqs = rope_presets.scaled_frequencies(preset) if scaled else rope_presets.base_frequencies(preset)
+        xi = _scalar_labels(xi, "gauge.kind")
+        return gauges.make_rope(xi, d, freqs, dtype=dtype, layout=preset.layout)
     if g.kind == "rope":
         freqs = gauges.rope_frequencies(d, kind=g.frequencies, n=n, base=g.base)
         return gauges.make_rope(_scalar_labels(xi, "gauge.kind"), d, freqs, dtype=dtype)
