@@ -5,6 +5,7 @@ measured", "worst seed: ..."), identical columns are merged, wide tables scroll,
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
 import re
 import shutil
@@ -294,3 +295,25 @@ def test_at_1400_px_no_number_or_header_is_broken_mid_word_in_a_real_browser(wri
     rows = [["PASS"] + ["[2.7e-09, 3.46e-09] over seeds"] * 12 for _ in range(3)]
     wide = html_page([("table", (header, rows))], tmp_path)
     assert _probe(wide, tmp_path, 700) == {"broken": [], "wide": False}  # it scrolls in its own box
+
+
+def test_variants_that_start_alike_show_their_initial_state_once(tmp_path, monkeypatch):
+    captured = {}
+    real = report.plotting.write_comparison_figure
+
+    def spy(path, panels, **options):
+        captured[path.name] = list(panels)
+        return real(path, panels, **options)
+
+    monkeypatch.setattr(report.plotting, "write_comparison_figure", spy)
+    variants = [dataclasses.replace(_job("E1", 20.0), variant=v, label=f"E1 ({v})") for v in "abc"]
+    same_start, other = variants[:2], variants[2]  # (a) and (b) from one initial state, (c) not
+    x0, _ = other.figure.states[time_label(0.0)]
+    other.figure.states[time_label(0.0)] = (x0[::-1].copy(), x0[::-1].copy())  # another start
+    report.write_figures(tmp_path, Outcome([_experiment("E1")], [*same_start, other], [], True, 1.0))
+    panels = captured["E1.png"]
+    assert len(panels) == 9  # three rows of three cells
+    starts = [p for p in panels[0::3] if p is not None]
+    assert panels[3] is None and len(starts) == 2  # the shared start once, the other start again
+    assert all("τ = 0" in p["title"] for p in starts)
+    assert panels[4]["title"].startswith("E1 (b), n=24, seed 0\n")  # the row named over its first panel

@@ -916,7 +916,7 @@ def write_comparison_figure(
     """Draw several states side by side and save the PNG at ``path`` (parents created).
 
     ``panels`` is a list of dicts ``{"x": (n, d) array, "color": (n,) array or None, "title":
-    str, "color_label": str}`` (all but ``x`` may be omitted); each is drawn with
+    str, "color_label": str}`` (all but ``x`` may be omitted), or None for an empty cell; each is drawn with
     :func:`draw_state`, with a colour bar named ``color_label`` when it and ``color`` are given
     (once per name and range of colours: a later panel of the same is keyed by the first's).
     ``ncols`` defaults to ``len(panels)`` (one row); a smaller value wraps onto more rows.
@@ -926,8 +926,12 @@ def write_comparison_figure(
     if len(panels) == 0:
         raise ValueError(f"{where}: `panels` must hold at least one panel; got {list(panels)!r}.")
     for i, panel in enumerate(panels):
-        if not isinstance(panel, Mapping) or "x" not in panel:
-            raise ValueError(f"{where}: `panels[{i}]` must be a dict with key 'x'; got {panel!r}.")
+        if panel is not None and (not isinstance(panel, Mapping) or "x" not in panel):
+            raise ValueError(f"{where}: `panels[{i}]` must be a dict with key 'x' or None; got {panel!r}.")
+    if all(panel is None for panel in panels):
+        raise ValueError(
+            f"{where}: `panels` must hold at least one panel that is not None; got {list(panels)!r}."
+        )
     cols = len(panels) if ncols is None else ncols
     if isinstance(cols, bool) or not isinstance(cols, int) or cols < 1:
         raise ValueError(f"{where}: `ncols` must be None or a positive int; got {ncols!r}.")
@@ -937,6 +941,8 @@ def write_comparison_figure(
     bars = {i % cols for i, label in enumerate(labels) if label is not None}
     grid = _StateGrid(nrows, cols, _GRID_PANEL_INCHES, bar_columns=bars)
     for i, panel in enumerate(panels):
+        if panel is None:  # an empty cell
+            continue
         grid.draw(
             i,
             panel["x"],
@@ -953,7 +959,7 @@ def _distinct_keys(panels: Sequence[Mapping[str, Any]]) -> list[str | None]:
     over the same range of colours: one key per kind of colour in a figure, not one per row."""
     seen, labels = set(), []
     for panel in panels:
-        label, color = panel.get("color_label"), panel.get("color")
+        label, color = (None, None) if panel is None else (panel.get("color_label"), panel.get("color"))
         if label is None or color is None:
             labels.append(None)
             continue

@@ -162,24 +162,27 @@ def _horizon(job: JobResult) -> str:
     return f"{float(t[-1]):g}" if t is not None and len(t) else "end"
 
 
-def _state_panels(outcome: Outcome, job: JobResult) -> list[dict[str, Any]]:
+def _state_panels(
+    outcome: Outcome, job: JobResult, *, start_shown: bool = False
+) -> list[dict[str, Any] | None]:
     """One row for ``job``: the content at τ = 0 and at the run's own horizon, and the gauge frame
     at that horizon (at τ = 0 it is the same uniform cloud as the content, turned by the labels:
-    nothing a reader needs, a panel fewer to draw)."""
+    nothing a reader needs, a panel fewer to draw). ``start_shown``: an earlier row shows this
+    very initial state (variants of one experiment usually share it); its cell is left empty."""
     start, end = time_label(0.0), time_label(None)
     if not all(label in job.figure.states for label in (start, end)):
         return []
     seed = job.seeds[0] if job.seeds else 0
-    panels = []
+    panels: list[dict[str, Any] | None] = [None] if start_shown else []
     shown_at = (("content", start, "0"), ("content", end, _horizon(job)), ("gauge frame", end, _horizon(job)))
-    for frame, label, when in shown_at:
+    for frame, label, when in shown_at[1:] if start_shown else shown_at:
         last = frame == "gauge frame"  # one colour bar per row, on its right
         x, u = job.figure.states[label]
         shown, note = (x, "") if frame == "content" else (u, "") if u is not None else (x, " (Q = I)")
         if frame == "gauge frame" and u is None and job.figure.target is not None:
             note = " (n/a: content)"
         # the run is named once, over the first panel of its row (fewer glyphs to lay out and draw)
-        head = f"{job.label}, n={job.n}, seed {seed}\n" if not panels else ""
+        head = f"{job.label}, n={job.n}, seed {seed}\n" if not any(panels) else ""
         title = f"{head}{frame}{note}, τ = {when}"
         bar = _color_label(outcome, job, len(x)) if last else None
         panels.append({"x": shown, "color": _color(job, len(x)), "title": title, "color_label": bar})
@@ -187,8 +190,17 @@ def _state_panels(outcome: Outcome, job: JobResult) -> list[dict[str, Any]]:
 
 
 def _experiment_states(path: Path, outcome: Outcome, jobs: list[JobResult]) -> Path | None:
-    panels = [p for job in jobs for p in _state_panels(outcome, job)]
-    if not panels:
+    """The rows of ``jobs`` (:func:`_state_panels`), an initial state drawn once for the rows that
+    start from it."""
+    panels, starts = [], []
+    for job in jobs:
+        start = job.figure.states.get(time_label(0.0))
+        x0 = None if start is None else np.asarray(start[0])
+        seen = x0 is not None and any(x0.shape == s.shape and np.array_equal(x0, s) for s in starts)
+        panels += _state_panels(outcome, job, start_shown=seen)
+        if x0 is not None and not seen:
+            starts.append(x0)
+    if not any(panels):
         return None
     return plotting.write_comparison_figure(path, panels, ncols=3)
 
