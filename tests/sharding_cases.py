@@ -31,11 +31,10 @@ FIELD_CASES = (
     "identity_sa_strict",
     "heads_rope_alibi_causal",
     "heads_prompt_matrix_sa_strict",
-    "expansion_rope_toeplitz",
 )
 # the slow test's: the heads by the expansion (their one-device reference runs op by op) and the
 # expansion's prefix sums (PREFIX_CASES)
-SLOW_FIELD_CASES = ("heads_expansion_toeplitz", "expansion_identity_sa_logits")
+SLOW_FIELD_CASES = ("expansion_rope_toeplitz", "heads_expansion_toeplitz", "expansion_identity_sa_logits")
 PREFIX_CASES = (  # the expansion's prefix sums, at PREFIX_N tokens
     "expansion_toeplitz_causal",
     "expansion_none_sa_strict",

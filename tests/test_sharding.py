@@ -68,18 +68,18 @@ def test_the_child_had_four_devices(four_devices):
 @pytest.mark.parametrize("case", cases.FIELD_CASES)
 def test_sharded_field_equals_one_device(four_devices, case):
     """The paper's field (gauges none / RoPE / prompt; factors none, distance bias, Toeplitz, matrix;
-    usa / sa; no mask, causal, strict; held sources; gradient / logits-only values), the heads, and
-    the expansion without a mask: within 1e-13 of one device, trajectories within 1e-12."""
+    usa / sa; no mask, causal, strict; held sources; gradient / logits-only values; fewer tokens
+    than devices) and the heads, exact: within 1e-13 of one device, trajectories within 1e-12."""
     _assert_case(four_devices, case, cases.TRAJECTORIES)
 
 
 @pytest.mark.slow
-def test_sharded_expansion_prefix_sums_equal_one_device():
-    """The expansion's causal and distance-bias prefix sums, cut into 4 pieces carried across the
-    devices: the pairs summed exactly (inside a chunk) are those of one device, so the two agree to
-    round-off, not just to the expansion's tolerance; the same for layers of heads; and two
-    trajectories of the paper's field by the expansion."""
-    names = (*cases.PREFIX_CASES, *cases.SLOW_FIELD_CASES, "expansion_rope_toeplitz")
+def test_sharded_expansion_equals_one_device():
+    """The expansion: its moments summed over the devices, and its causal and distance-bias prefix
+    sums cut into 4 pieces carried across the devices (the pairs summed exactly, inside a chunk,
+    are those of one device), so the two agree to round-off, not just to the expansion's
+    tolerance; the paper's field and layers of heads; two trajectories of the paper's field."""
+    names = (*cases.PREFIX_CASES, *cases.SLOW_FIELD_CASES)
     result = _four_devices(names, cases.SLOW_TRAJECTORIES)
     assert result["devices"] == 4
     for case in names:
