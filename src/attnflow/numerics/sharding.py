@@ -16,7 +16,8 @@ The exact sum ``g_i = Σ_j a_ij y_j`` (``jax.shard_map`` over the token axis):
    keys (``lax.map`` over its row blocks, ``lax.scan`` over the key blocks; under a causal mask
    the key blocks after a row block are skipped), so the memory per device is
    ``O(n d + block_size²)`` next to its ``O(n²/P)`` work (one tile of ``L × n`` when the field's
-   ``block_size`` is None);
+   ``block_size`` is None), besides the field's own arrays, held whole (``n²`` for a matrix
+   factor, as on one device);
 4. the read-out (the gauge's transpose), the projection and the held sources are applied to the
    local rows, and the velocities are all-gathered. The state enters whole and leaves whole (each
    device slices its rows), so it stays replicated (``O(n d)``): XLA never shards the solver's
