@@ -299,7 +299,7 @@ def test_head_errors_name_the_parameter():
                     gauge=gauges.IdentityGauge(n=n, d=d), factor=factors.NoFactor(n=n))  # fmt: skip
     toeplitz = factors.ToeplitzCos(xi=jnp.arange(n, dtype=float), omega=jnp.asarray(1.0))
     head = H.make_head(np.eye(2, 3), np.eye(2, 3), np.eye(2, 3), np.eye(3, 2), gauge=gauge, factor=toeplitz)
-    with pytest.raises(ValueError, match=r"'sa' requires non-negative factors .* in head 0"):
+    with pytest.raises(ValueError, match=r"'sa' requires a non-negative factor .* in head 0"):
         HeadsField((head,), make_profile(), normalization="sa")
     with pytest.raises(ValueError, match=r"`sources` must be below n = 8"):
         HeadsField((head,), make_profile(), sources=8)
@@ -344,3 +344,16 @@ def test_a_layer_of_other_maps_reuses_the_compiled_program():
         misses = program_cache.info()["misses"] - before
     assert misses == 0  # the second layer: no new program
     assert np.max(np.abs(finals[0] - finals[1])) > 1e-6  # and its own numbers
+
+
+def test_a_layer_by_the_expansion_runs_in_solve_like_the_exact_path():
+    """The expansion's degree is chosen from a concrete beta' = beta |W_Q| |W_K| even inside the
+    compiled time loop (it was made with a JAX operation, hence traced, and refused there)."""
+    n, d = 12, 3
+    layer, _ = make_case(heads=2, d=d, head_dim=2, values="plain", factor="none", n=n, seed=4)
+    x0 = jnp.asarray(unit_tokens(11, n, d))
+    opts = dict(integrator=integrators.RK4(), dt=0.05, t_end=0.5, save_every=0.25)
+    profile = make_profile("exp", beta=1.0)
+    exact = solve.solve(HeadsField(layer, profile), x0, **opts)
+    expanded = solve.solve(HeadsField(layer, profile, interaction="expansion", tolerance=1e-10), x0, **opts)
+    np.testing.assert_allclose(expanded.xs, exact.xs, atol=1e-9)  # within the tolerance's consequence

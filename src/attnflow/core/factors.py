@@ -213,3 +213,14 @@ def check_symmetric(w, *, n: int, name: str = "factor", tol: float = 1e-12) -> n
 def make_matrix_factor(w, *, n: int, dtype=jnp.float64) -> MatrixFactor:
     w = check_symmetric(w, n=n)
     return MatrixFactor(w=to_device(w, dtype), nonnegative=bool(np.all(w >= 0)))
+
+
+def check_softmax_factor(factor, normalization: str, *, where: str, head: int | None = None) -> None:
+    """The softmax (``normalization`` "sa") normalises rows of weights: the factor must be
+    non-negative. The one place this rule is checked (fields, the expansion, densities)."""
+    if normalization == "sa" and not factor.nonnegative:
+        which = "" if head is None else f" in head {head}"
+        raise ValueError(
+            f"{where}: `normalization` 'sa' requires a non-negative factor (softmax weights); "
+            f"got the sign-changing factor {type(factor).__name__}{which}."
+        )

@@ -55,7 +55,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.special
 
-from attnflow.core.factors import Factor, NoFactor
+from attnflow.core.factors import Factor, NoFactor, check_softmax_factor
 from attnflow.core.gauges import check_orthogonal
 from attnflow.core.host import to_device
 from attnflow.core.kernel import Profile
@@ -449,10 +449,7 @@ def make_circle_field(
             f"{where}: `factor` must be built on the {count} label nodes; got a factor over {factor.n} "
             "labels."
         )
-    if normalization == "sa" and not factor.nonnegative:
-        raise ValueError(
-            f"{where}: `normalization` 'sa' requires a non-negative factor; got {type(factor).__name__}."
-        )
+    check_softmax_factor(factor, normalization, where=where)
     phi_hat, dphi_hat = _kernel_coefficients(profile, kept_modes(profile, grid))
     if profile.kind == "exp":
         needed = kernel_grid(float(profile.beta))

@@ -47,7 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.special
 
-from attnflow.core.factors import Factor, NoFactor
+from attnflow.core.factors import Factor, NoFactor, check_softmax_factor
 from attnflow.core.host import to_device
 from attnflow.core.kernel import Profile
 from attnflow.core.pytree import pytree_dataclass
@@ -344,10 +344,7 @@ def make_sphere_field(
         raise ValueError(
             f"{where}: `factor` must be built on the {count} label nodes; got {factor.n} labels."
         )
-    if normalization == "sa" and not factor.nonnegative:
-        raise ValueError(
-            f"{where}: `normalization` 'sa' requires a non-negative factor; got {type(factor).__name__}."
-        )
+    check_softmax_factor(factor, normalization, where=where)
     lam = funk_hecke(profile, lmax)
     kept = kept_degrees(lam)
     lam = lam[:kept]

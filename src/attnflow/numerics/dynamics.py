@@ -30,6 +30,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
+from attnflow.core.factors import check_softmax_factor
 from attnflow.core.kernel import Kernel
 from attnflow.core.pytree import pytree_field
 from attnflow.core.sphere import project
@@ -69,11 +70,7 @@ class AttentionField:
             raise ValueError(f"dynamics: `sources` must be an integer in [0, {n}); got {self.sources!r}.")
         if self.value not in VALUES:
             raise ValueError(f"dynamics: `value` must be one of {VALUES}; got {self.value!r}.")
-        if self.normalization == "sa" and not self.kernel.factor.nonnegative:
-            raise ValueError(
-                "dynamics: `normalization` 'sa' requires a non-negative factor (softmax weights); "
-                f"got the sign-changing factor {type(self.kernel.factor).__name__}."
-            )
+        check_softmax_factor(self.kernel.factor, self.normalization, where="dynamics")
         if self.interaction not in PATHS:
             raise ValueError(
                 f"dynamics: `interaction` must be one of {PATHS} (make_vector_field resolves 'auto'); "

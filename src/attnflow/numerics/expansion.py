@@ -42,6 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnflow.core import factors
+from attnflow.core.factors import check_softmax_factor
 from attnflow.core.kernel import Kernel
 from attnflow.numerics import polynomial_features as pf
 
@@ -151,11 +152,7 @@ def _check(kernel: Kernel, d: int, normalization: str, tolerance: float) -> int:
             "expansion: `factor` must be none, distance_bias or toeplitz_cos (a matrix factor has no "
             f"low-rank label structure; use interaction 'exact'); got {type(factor).__name__}."
         )
-    if normalization == "sa" and not factor.nonnegative:
-        raise ValueError(
-            "expansion: `normalization` 'sa' requires a non-negative factor; "
-            f"got the sign-changing factor {type(factor).__name__}."
-        )
+    check_softmax_factor(factor, normalization, where="expansion")
     degree = expansion_degree(_beta(kernel), tolerance, kind=kernel.profile.kind, normalization=normalization)
     _rank_for(kernel, d, normalization, tolerance)
     return degree
@@ -342,7 +339,8 @@ def _scaled(head, profile):
 
     nq, nk = head_norms(head)
     beta = float(profile.beta) * nq * nk
-    scaled = Profile(kind=profile.kind, beta=jnp.asarray(beta, profile.beta.dtype), c=profile.c)
+    beta = np.asarray(beta, profile.beta.dtype)  # NumPy: concrete inside a traced program too
+    scaled = Profile(kind=profile.kind, beta=beta, c=profile.c)
     return nq, nk, scaled
 
 

@@ -21,6 +21,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from attnflow.core.factors import check_softmax_factor
 from attnflow.core.heads import Head, is_gradient_head
 from attnflow.core.kernel import Profile
 from attnflow.core.pytree import pytree_field
@@ -62,13 +63,8 @@ class HeadsField:
             )
         if self.causal not in MASKS:
             raise ValueError(f"attention: `causal` must be one of {MASKS}; got {self.causal!r}.")
-        if self.normalization == "sa":
-            for h, head in enumerate(self.heads):
-                if not head.factor.nonnegative:
-                    raise ValueError(
-                        f"attention: `normalization` 'sa' requires non-negative factors (softmax weights); "
-                        f"got the sign-changing factor {type(head.factor).__name__} in head {h}."
-                    )
+        for h, head in enumerate(self.heads):
+            check_softmax_factor(head.factor, self.normalization, where="attention", head=h)
         n = self.heads[0].gauge.n if hasattr(self.heads[0].gauge, "n") else None
         if isinstance(self.sources, bool) or not isinstance(self.sources, int) or self.sources < 0:
             raise ValueError(f"attention: `sources` must be a non-negative integer; got {self.sources!r}.")

@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from attnflow.core import factors
+from attnflow.core.factors import check_softmax_factor
 from attnflow.core.kernel import Kernel
 from attnflow.core.pytree import pytree_field
 from attnflow.core.sphere import project
@@ -78,11 +79,7 @@ def make_random_batch_field(
         raise ValueError(
             f"random_batch: `normalization` must be one of {NORMALIZATIONS}; got {normalization!r}."
         )
-    if normalization == "sa" and not kernel.factor.nonnegative:
-        raise ValueError(
-            "random_batch: `normalization` 'sa' requires a non-negative factor (softmax weights); "
-            f"got the sign-changing factor {type(kernel.factor).__name__}."
-        )
+    check_softmax_factor(kernel.factor, normalization, where="random_batch")
     gauge, profile = kernel.gauge, kernel.profile
     n = gauge.n
     m, p = batches.shape
