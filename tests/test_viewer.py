@@ -227,9 +227,11 @@ def test_animate_writes_viewer_and_movie_into_the_run_folder(tmp_path):
 
     run = _stored(frames=5, n=16)
     run_dir = _run_folder(tmp_path, run)
-    written = animate(run_dir, max_frames=3)
+    calls = []
+    written = animate(run_dir, max_frames=3, progress=lambda done, total: calls.append((done, total)))
     assert written == [run_dir / "viewer.html", run_dir / "movie.gif"]
     assert _data(written[0].read_text())["times"] == [0.0, 1.0, 2.0]
+    assert calls == [(0, 3), (1, 3), (2, 3), (3, 3)]  # from the first second, in frames of the movie
 
 
 @pytest.mark.parametrize(

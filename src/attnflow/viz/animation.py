@@ -11,6 +11,7 @@ snapshot). GIF through Pillow (matplotlib's own dependency); MP4 needs ``ffmpeg`
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -48,8 +49,11 @@ def write_animation(
     fps: int = 12,
     max_tokens: int = 1000,
     max_frames: int = 100,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Path:
-    """Write the animation of a ``StoredTrajectory`` at ``path`` (``.gif`` or ``.mp4``)."""
+    """Write the animation of a ``StoredTrajectory`` at ``path`` (``.gif`` or ``.mp4``).
+    ``progress(done, total)``: called with 0 before the first frame is drawn and after each frame
+    (the command line's progress line: frames drawn of the movie's)."""
     path = check_format(path)
     frames, tokens = spread(len(stored.ts), max_frames), spread(stored.xs.shape[1], max_tokens)
     x = np.asarray(stored.xs[frames][:, tokens], dtype=np.float64)
@@ -85,5 +89,10 @@ def write_animation(
         return dots
 
     writer = PillowWriter(fps=fps) if path.suffix == ".gif" else FFMpegWriter(fps=fps)
-    FuncAnimation(fig, show, frames=len(frames), blit=False).save(path, writer=writer, dpi=80)
+    if progress is not None:
+        progress(0, len(frames))
+    done = None if progress is None else (lambda k, total: progress(k + 1, total))
+    FuncAnimation(fig, show, frames=len(frames), blit=False).save(
+        path, writer=writer, dpi=80, progress_callback=done
+    )
     return path

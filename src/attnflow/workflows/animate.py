@@ -8,6 +8,7 @@ run folder, or where ``out`` says. Nothing is simulated again.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from attnflow.io.config import ConfigError
@@ -25,8 +26,11 @@ def animate(
     fps: int = 12,
     max_tokens: int = 1000,
     max_frames: int = 100,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[Path]:
-    """Write the viewer and the animation of the run in ``run_dir``; return the written paths."""
+    """Write the viewer and the animation of the run in ``run_dir``; return the written paths.
+    ``progress(done, total)``: frames of the movie drawn, from 0 (for the command's progress line;
+    the viewer is written first, in about a second)."""
     run_dir = Path(run_dir)
     if not (run_dir / "trajectory.zarr").exists():
         raise ConfigError(
@@ -48,6 +52,14 @@ def animate(
     ]
     if not viewer_only:
         written.append(
-            write_animation(stored, movie, title=title, fps=fps, max_tokens=max_tokens, max_frames=max_frames)
+            write_animation(
+                stored,
+                movie,
+                title=title,
+                fps=fps,
+                max_tokens=max_tokens,
+                max_frames=max_frames,
+                progress=progress,
+            )
         )
     return written
