@@ -33,6 +33,7 @@ _enable_x64()
 
 _PUBLIC = {  # name -> the module that defines it
     "Kernel": "attnflow.core.kernel",
+    "get_preset": "attnflow.core.rope_presets",
     "Profile": "attnflow.core.kernel",
     "make_profile": "attnflow.core.kernel",
     "Config": "attnflow.io.config",
@@ -47,6 +48,12 @@ _PUBLIC = {  # name -> the module that defines it
     "GeodesicRK4": "attnflow.numerics.integrators",
     "make_integrator": "attnflow.numerics.integrators",
     "use_cpu_cores": "attnflow.numerics.lanes",
+    "LayerNormField": "attnflow.numerics.layer_norms",
+    "Placement": "attnflow.numerics.placement",
+    "ShardedField": "attnflow.numerics.sharding",
+    "TokenMesh": "attnflow.numerics.sharding",
+    "make_token_mesh": "attnflow.numerics.sharding",
+    "shard_tokens": "attnflow.numerics.sharding",
     "SaveAt": "attnflow.numerics.saving",
     "Trajectory": "attnflow.numerics.solve",
     "solve": "attnflow.numerics.solve",
