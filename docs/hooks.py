@@ -250,21 +250,32 @@ def cli_reference() -> str:
     if top:
         lines += ["## `attnflow`", "", "| option | type | default | meaning |", "|---|---|---|---|"]
         lines += [_param_row(p) for p in top] + [""]
+    lines += _command_sections(group, "attnflow")
+    return "\n".join(lines)
+
+
+def _command_sections(group, prefix: str) -> list[str]:
+    """A section per visible command of ``group``, and of each command of its sub-groups
+    (``attnflow config show``)."""
+    lines: list[str] = []
     for name in sorted(group.commands):
         command = group.commands[name]
         if command.hidden:
             continue
+        if getattr(command, "commands", None):  # a group of commands
+            lines += _command_sections(command, f"{prefix} {name}")
+            continue
         params = [p for p in command.params if not getattr(p, "hidden", False) and p.name != "help"]
         usage = " ".join(p.name.upper() for p in params if _is_argument(p))
         lines += [
-            f"## `attnflow {name}`",
+            f"## `{prefix} {name}`",
             "",
-            f"```\nattnflow {name} {usage} [OPTIONS]\n```".replace("  ", " "),
+            f"```\n{prefix} {name} {usage} [OPTIONS]\n```".replace("  ", " "),
         ]
         lines += ["", (command.help or "").strip(), ""]
         lines += ["| argument / option | type | default | meaning |", "|---|---|---|---|"]
         lines += [_param_row(p) for p in params] + [""]
-    return "\n".join(lines)
+    return lines
 
 
 # --- experiment pages -------------------------------------------------------------------------------
