@@ -16,6 +16,18 @@ SNAPSHOT_GROUP_WORK = 2**26  # pair interactions per compiled call before snapsh
 SNAPSHOT_GROUP_MAX = 64
 
 
+def whole_multiple(name: str, total: float, step_name: str, step: float) -> int:
+    """``total / step`` when it is a whole number >= 1 (to 1e-9 relative), else the error naming
+    both (the one rule of the time grid: snapshots on steps, ``t_end`` on snapshots)."""
+    ratio = total / step
+    if round(ratio) < 1 or abs(ratio - round(ratio)) > 1e-9 * max(1.0, ratio):
+        raise ValueError(
+            f"solve: `{name}` must be a whole multiple of `{step_name}` = {step!r}; got {total!r} "
+            f"(ratio {ratio:.6g})."
+        )
+    return int(round(ratio))
+
+
 def snapshot_count(t_end: float, save_every: float) -> int:
     """Number of stored snapshots, the initial one included."""
     return int(round(t_end / save_every)) + 1
@@ -43,12 +55,7 @@ class SaveAt:
     def __post_init__(self) -> None:
         if not self.save_every > 0:
             raise ValueError(f"solve: `save_every` must be positive; got {self.save_every!r}.")
-        ratio = self.t_end / self.save_every
-        if round(ratio) < 1 or abs(ratio - round(ratio)) > 1e-9 * max(1.0, ratio):
-            raise ValueError(
-                f"solve: `t_end` must be a whole multiple of `save_every` = {self.save_every!r}; got "
-                f"{self.t_end!r} (ratio {ratio:.6g})."
-            )
+        whole_multiple("t_end", self.t_end, "save_every", self.save_every)
         group = self.snapshots_per_call
         if group is not None and (
             isinstance(group, bool) or int(group) != group or group < 1 or self.chunks % group

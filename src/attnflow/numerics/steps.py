@@ -31,6 +31,7 @@ import numpy as np
 
 from attnflow.core.pytree import pytree_dataclass
 from attnflow.numerics.dynamics import noise_increment
+from attnflow.numerics.saving import whole_multiple
 from attnflow.numerics.status import Status
 
 _OK, _NONFINITE, _MAX_STEPS = Status.ok.code, Status.nonfinite.code, Status.max_steps.code
@@ -64,16 +65,6 @@ def make_step(method, field, noise: float):
     return step
 
 
-def _whole_multiple(name: str, total: float, step_name: str, step: float) -> int:
-    ratio = total / step
-    if round(ratio) < 1 or abs(ratio - round(ratio)) > 1e-9 * max(1.0, ratio):
-        raise ValueError(
-            f"solve: `{name}` must be a whole multiple of `{step_name}` = {step!r}; got {total!r} "
-            f"(ratio {ratio:.6g})."
-        )
-    return int(round(ratio))
-
-
 @pytree_dataclass(data_fields=["dt"], meta_fields=[])
 @dataclasses.dataclass(frozen=True)
 class ConstantSteps:
@@ -88,7 +79,7 @@ class ConstantSteps:
             raise ValueError(f"ConstantSteps: `dt` must be positive; got {self.dt!r}.")
 
     def steps_per_save(self, save_every: float) -> int:
-        return _whole_multiple("save_every", save_every, "dt", self.dt)
+        return whole_multiple("save_every", save_every, "dt", self.dt)
 
     def check(self, method, field, *, noise: float, save_every: float) -> None:  # noqa: ARG002
         self.steps_per_save(save_every)
