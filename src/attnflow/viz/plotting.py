@@ -1304,7 +1304,8 @@ def write_target_figure(
         angles.append(np.mod(arr, 2.0 * np.pi))
     n_max = max(a.shape[0] for a in angles)
     bins = np.linspace(0.0, 2.0 * np.pi, int(np.clip(np.sqrt(n_max) * 2, 12, 72)) + 1)
-    fig = _new_figure(5.5, 3.6)
+    # fixed margins (no layout pass): short tick labels (π/2, densities), as a run's energy plot
+    fig = _new_figure(5.5, 3.6, margins=_RUN_PLOT_MARGINS)
     ax = fig.add_subplot(1, 1, 1)
     ax.hist(angles[0], bins=bins, density=True, alpha=0.45, color="C0", label="target")
     ax.hist(angles[1], bins=bins, density=True, histtype="step", linewidth=1.5, color="C3", label="realised")
