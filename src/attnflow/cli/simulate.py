@@ -144,9 +144,10 @@ def animate(
     the tokens moving, the content beside the gauge frame, coloured by the label."""
     from attnflow.workflows.animate import animate as write_motion
 
-    with user_errors():
+    with user_errors(), progress_report("animate", "drawing frames") as report:
         paths = write_motion(
-            run_dir, out=out, viewer_only=viewer_only, fps=fps, max_tokens=max_tokens, max_frames=max_frames
-        )
+            run_dir, out=out, viewer_only=viewer_only, fps=fps, max_tokens=max_tokens, max_frames=max_frames,
+            progress=report,
+        )  # fmt: skip
     for path in paths:
         stdout.print(str(path))

@@ -112,8 +112,9 @@ def _write_figures(
             us=np.broadcast_to(u_last, (ts.shape[0], *u_last.shape)),
             color=color[rows],
             series=arrays,
+            states=False,
             **(looks or {}),
-        )[1:]
+        )
     pair = states if states[1][0] > states[0][0] else states[:1]
     drawn = plotting.write_run_figures(
         folder,
@@ -390,7 +391,8 @@ def _finish(
             us = np.asarray(_gauge_frames(gauge, xs))
             looks = figure_looks(out_dir.name, config.aux.kind, config.init.seed, summary.get("energy_max"))
             write_figures(out_dir, summary["series"]["t"], xs, us, sim.xi, summary["series"], looks=looks)
-            write_run_viewer(out_dir, n_snapshots=writer.n_snapshots)  # flushed: the store reads them back
+            energy = summary["series"].get("energy")
+            write_run_viewer(out_dir, n_snapshots=writer.n_snapshots, energy=energy)  # flushed: read back
     except BaseException as failure:  # Ctrl-C while drawing: interrupted; anything else: error
         stopped = isinstance(failure, KeyboardInterrupt)
         info.update(status="interrupted" if stopped else "error")
@@ -406,9 +408,12 @@ def _record(out_dir: Path, writer, summary: dict) -> None:
     """Close the store and write ``metrics.json`` with the final status (best effort after a failure
     of the machine: the store's status is then what a reader sees)."""
     status = summary["run"]["status"]
+    series = summary.get("series")
+    if not (series and len(series.get("t", [])) == writer.n_snapshots):
+        series = None  # the metric series go into the store only when they cover every snapshot
     if not writer.closed:
         with contextlib.suppress(Exception):
-            writer.close(status)
+            writer.close(status, series=series)
     write_json(out_dir / "metrics.json", summary)
 
 
