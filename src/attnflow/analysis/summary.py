@@ -101,7 +101,7 @@ def _exact_snapshot(kernel: Kernel, x, *, block_size):
 
 @partial(jax.jit, static_argnames=("kind", "beta", "c", "tolerance"))
 def _expansion_snapshot(kernel: Kernel, x, *, kind, beta, c, tolerance):
-    profile = Profile(kind, jnp.asarray(beta, x.dtype), jnp.asarray(c, x.dtype))
+    profile = Profile(kind, np.asarray(beta, x.dtype), np.asarray(c, x.dtype))  # concrete: the degree
     e = expansion_energy(Kernel(kernel.gauge, kernel.factor, profile), x, tolerance=tolerance)
     return e, metrics.mean_cosine(x), metrics.mean_cosine(kernel.gauge.apply(x))
 
