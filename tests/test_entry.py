@@ -12,7 +12,9 @@ CONSOLE_SCRIPT = "import sys; from attnflow_entry import main; sys.exit(main())"
 LINE = "interrupted while starting: nothing was done."
 
 
-@pytest.mark.parametrize("after_s", [0.1, 0.3, 0.6])
+# within the start-up: by 0.6 s a process whose compiled programs are in its cache has already
+# stored its first snapshot (then it keeps it: `run`'s own interrupted line, tested elsewhere)
+@pytest.mark.parametrize("after_s", [0.1, 0.3])
 def test_ctrl_c_while_the_command_starts_prints_one_line_and_exits_130(tmp_path, after_s):
     config = tmp_path / "config.toml"
     config.write_text("[model]\nn = 8\nd = 3\n")

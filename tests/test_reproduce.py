@@ -21,8 +21,8 @@ from attnflow.workflows.experiments import (
 )
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-FIGURES = ("comparison", "final_states", "mean_cosine", "energy", "metastability",
-           "realisation_orbit", "realisation_sphere")  # fmt: skip
+FIGURES = ("final_states", "mean_cosine", "energy", "metastability", "realisation_orbit",
+           "realisation_sphere")  # fmt: skip  (no comparison.png: the report embeds each E*.png)
 
 TINY = """
 id = "T0"
