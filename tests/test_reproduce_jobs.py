@@ -88,19 +88,31 @@ def test_measurement_in_numpy_and_fixed_chunks_matches_the_per_state_values():
     np.testing.assert_allclose(reproduce_measure._mean_cosines(us), cosines, atol=1e-14)  # round-off
 
 
-def test_on_an_accelerator_the_seeds_are_one_batch(monkeypatch):
-    # The accelerator branch, run on the CPU: solve then vmaps the batch (the same arithmetic per
-    # run, in other fused operations: 1e-9 = the adaptive steps' tolerance, not round-off).
+def test_on_an_accelerator_the_seeds_are_one_batch():
+    # The accelerator branch, run on the CPU (numerics.placement): solve then vmaps the batch (the
+    # same arithmetic per run, in other fused operations: 1e-9 = the adaptive steps' tolerance).
+    from attnflow.numerics import placement
+
     config = config_from_dict(ROPE)
     sim, x0 = _seeds(config, (0, 1))
-    one_by_one = reproduce._solve_seeds(sim, x0, lambda units: None)
-    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     ticks = []
-    batched = reproduce._solve_seeds(sim, x0, ticks.append)
+    one_by_one = reproduce._solve_seeds(sim, x0, ticks.append)
+    assert ticks == [1] * 2 * 5  # one unit per seed and snapshot
+    ticks.clear()
+    with placement.placed(placement.Placement("gpu")):
+        batched = reproduce._solve_seeds(sim, x0, ticks.append)
+    assert ticks == [2] * 5  # B units per batched snapshot: the one-batch branch ran
     assert batched["xs"].shape == one_by_one["xs"].shape == (5, 2, 8, 3)
     np.testing.assert_allclose(batched["xs"], one_by_one["xs"], atol=1e-9)
-    assert sum(ticks) == 2 * 5  # B units per batched snapshot
     assert batched["status"] == "ok"
+
+
+def test_solver_max_steps_reaches_reproduce_s_solves():
+    config = config_from_dict({**ROPE, "solver": {**ROPE.get("solver", {}), "max_steps": 3}})
+    sim, x0 = _seeds(config, (0,))
+    assert sim.max_steps == 3 and type(sim.integrator).__name__ == "Adaptive"
+    solved = reproduce._solve_seeds(sim, x0, lambda units: None)
+    assert solved["status"] == "max_steps" and solved["totals"]["steps_accepted"] <= 3
 
 
 def test_jobs_in_worker_processes_come_back_in_order_with_the_same_values():

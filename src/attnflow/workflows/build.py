@@ -68,6 +68,7 @@ class Simulation:
     block_size: int | None
     interaction: str = "exact"  # the path that runs ("auto" resolved)
     rank: int | None = None  # features per token of the expansion; None for "exact"
+    max_steps: int | None = None  # the adaptive solver's bound on a whole run (solver.max_steps)
 
 
 
@@ -403,6 +404,7 @@ def _simulation(config: Config, kernel: Kernel, field, xi: np.ndarray, block_siz
         block_size=block_size,
         interaction=field.interaction,
         rank=field.rank,
+        max_steps=solver.max_steps,
     )
 
 

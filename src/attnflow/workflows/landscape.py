@@ -188,6 +188,7 @@ def _flow(sim: Simulation, x0: np.ndarray, t_end: float, *, noise: float = 0.0, 
         noise=noise,
         key=jax.random.key(seed),
         workers=1,
+        max_steps=sim.max_steps,
     )
     return np.asarray(traj.xs[-1])
 

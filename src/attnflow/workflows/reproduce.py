@@ -115,7 +115,7 @@ def _solve_seeds(sim: Simulation, x0: jax.Array, tick: Tick) -> dict:
     after its last snapshot), the first status that is not ok, the step statistics summed over the
     seeds and the compile time."""
     options = dict(integrator=sim.integrator, dt=sim.dt, t_end=sim.t_end, save_every=sim.save_every,
-                   noise=sim.noise, workers=1)  # fmt: skip
+                   noise=sim.noise, workers=1, max_steps=sim.max_steps)  # fmt: skip
     if placement.current().vmap_batches:
         runs = [solve(sim.field, x0, key=sim.key, on_snapshot=lambda k, t, x: tick(len(x)), **options)]
     else:  # run b draws its noise from split(key, B)[b], as in a batch
