@@ -2,6 +2,8 @@ import os
 import tempfile
 
 import jax
+import pytest
+from jax._src import compilation_cache
 
 jax.config.update("jax_enable_x64", True)
 # the CLI enables JAX's persistent compilation cache: tests keep it out of the user's cache folder
@@ -20,3 +22,16 @@ def pytest_collection_modifyitems(config, items):
     if slow:
         config.hook.pytest_deselected(items=slow)
         items[:] = [item for item in items if not item.get_closest_marker("slow")]
+
+
+@pytest.fixture(autouse=True)
+def _persistent_cache_stays_with_its_test():
+    """A command run in-process turns JAX's persistent compilation cache on for the whole process;
+    turned off again after its test, so that later tests of the same worker do not write every
+    program they compile to disk (slower, and XLA's CPU serialisation of some programs crashes the
+    process: a density test segfaulted in ``executable.serialize()`` after a CLI test)."""
+    before = jax.config.jax_compilation_cache_dir
+    yield
+    if jax.config.jax_compilation_cache_dir != before:
+        jax.config.update("jax_compilation_cache_dir", before)
+        compilation_cache.reset_cache()
