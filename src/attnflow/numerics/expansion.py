@@ -218,13 +218,18 @@ def _global_sum(plan: _Plan, q, k, y, a) -> jax.Array:
     return out.reshape(-1, y.shape[1])[:n]
 
 
-def _prefix_sum(plan: _Plan, profile, q, k, y, a, zeta, slope, *, strict: bool) -> jax.Array:
+def _prefix_sum(
+    plan: _Plan, profile, q, k, y, a, zeta, slope, *, strict: bool, carry=None, same: bool | None = None
+) -> jax.Array:
     """``g_i = Σ_{j <= i} e^{−m(ζ_i − ζ_j)} Σ_t a_it a_jt K(q_i, k_j) y_j`` in processing order
     (``j < i`` when ``strict``), for ``ζ`` non-decreasing; ``K`` is exact inside a chunk and
-    ``p_L`` across chunks (carried moments, rescaled by the decay to the chunk's last label)."""
+    ``p_L`` across chunks (carried moments, rescaled by the decay to the chunk's last label).
+    ``carry = (moments, ζ_ref)``: the moments of tokens before these ones, decayed to ``ζ_ref``
+    (a shard of the sharded sum starts from the shards before it; None: none). ``same``: the
+    queries are the keys (default ``q is k``, which a sharded slice no longer shows)."""
     n = k.shape[0]
     c = PREFIX_CHUNK
-    same = q is k
+    same = q is k if same is None else same
     chunks = (_chunked(q, c), _chunked(k, c), _chunked(y, c), _chunked(a, c), _chunked(zeta, c, edge=True))
     local = jnp.arange(c)
     below = local[None, :] < local[:, None] if strict else local[None, :] <= local[:, None]
@@ -244,8 +249,9 @@ def _prefix_sum(plan: _Plan, profile, q, k, y, a, zeta, slope, *, strict: bool) 
         moments = jnp.exp(-slope * (zeta_last - zeta_ref)) * moments + key_features.T @ _spread(out_of, yc)
         return (moments, zeta_last), across + inside
 
-    init = (jnp.zeros((plan.rank, a.shape[1] * y.shape[1]), k.dtype), zeta[0])
-    _, out = jax.lax.scan(step, init, chunks)
+    if carry is None:
+        carry = (jnp.zeros((plan.rank, a.shape[1] * y.shape[1]), k.dtype), zeta[0])
+    _, out = jax.lax.scan(step, carry, chunks)
     return out.reshape(-1, y.shape[1])[:n]
 
 

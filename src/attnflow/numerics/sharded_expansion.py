@@ -56,31 +56,9 @@ def field_plan(field: AttentionField, dtype):
 def prefix_sum_from(plan, profile, q, k, y, a, zeta, slope, carry, *, strict: bool, same: bool):
     """``expansion._prefix_sum`` started from ``carry = (moments, zeta_ref)`` (the moments of every
     earlier token, decayed to the label ``zeta_ref``) instead of zero: the rows of one shard."""
-    c = expansion.PREFIX_CHUNK
-    chunked = expansion._chunked
-    chunks = (chunked(q, c), chunked(k, c), chunked(y, c), chunked(a, c), chunked(zeta, c, edge=True))
-    local = jnp.arange(c)
-    below = local[None, :] < local[:, None] if strict else local[None, :] <= local[:, None]
-
-    def step(carry, chunk):
-        moments, zeta_ref = carry
-        qc, kc, yc, ac, zc = chunk
-        key_features = plan.features(kc)
-        query_features = key_features if same else plan.features(qc)
-        into = ac * jnp.exp(-slope * (zc - zeta_ref))[:, None]
-        across = expansion._gather(into, query_features @ (moments * plan.weights[:, None]))
-        gap = jnp.maximum(zc[:, None] - zc[None, :], 0.0)
-        w = jnp.where(below, (ac @ ac.T) * jnp.exp(-slope * gap), 0.0)
-        inside = (w * profile.dphi_unit((kc if same else qc) @ kc.T).astype(k.dtype)) @ yc
-        zeta_last = zc[-1]
-        out_of = ac * jnp.exp(-slope * (zeta_last - zc))[:, None]
-        moments = jnp.exp(-slope * (zeta_last - zeta_ref)) * moments + key_features.T @ expansion._spread(
-            out_of, yc
-        )
-        return (moments, zeta_last), across + inside
-
-    _, out = jax.lax.scan(step, carry, chunks)
-    return out.reshape(-1, y.shape[1])[: k.shape[0]]
+    return expansion._prefix_sum(
+        plan, profile, q, k, y, a, zeta, slope, strict=strict, carry=carry, same=same
+    )
 
 
 def _chunk(plan, rows: int) -> int:
