@@ -24,6 +24,13 @@ changes with d: ``n`` uniform tokens on ``S^{d-1}`` have nearest neighbours abou
 so in high d a state that has not gathered counts one cluster per token.
 ``methods["n_clusters"]`` names the angle and, for d > 3, that reference distance.
 
+Layer norms (:mod:`attnflow.numerics.layer_norms`): the metrics are those of the directions ``x``;
+for pre- and peri-LN runs (``radial``) the radii ``r = |z|`` of the tokens are added: their mean
+and largest value per snapshot (``series``: ``radius_mean``, ``radius_max``) and the final
+snapshot's ``radius_mean``, ``radius_min`` and ``radius_max``. Under a layer norm other than post a
+gradient-flow layer is no longer the gradient flow itself, but ``E`` still ascends
+(``energy_ascends``): ``energy_max`` still bounds it.
+
 Large runs: the energy is exact (``O(n²)`` per snapshot, tiled) or, with ``energy="expansion"``,
 the ``O(n)`` expansion within its tolerance (:func:`attnflow.numerics.expansion.expansion_energy`).
 The quantities that need every pair (``min_cosine``, ``n_clusters``, ``n_eff``) are exact up to
@@ -53,6 +60,7 @@ __all__ = [
     "ENERGY_TOL",
     "PAIRWISE_KEYS",
     "PAIRWISE_LIMIT",
+    "RADIUS_SERIES",
     "OnlineSummary",
     "energy_series",
     "gauge_frames",
@@ -65,6 +73,7 @@ COLLAPSE_THRESHOLD = 0.999  # mean cosine at which a state counts as collapsed (
 ENERGY_TOL = 1e-10  # relative decrease allowed between snapshots (round-off of the energy sum)
 PAIRWISE_LIMIT = 8192  # above this n the O(n²) diagnostics use a subsample of this many tokens
 PAIRWISE_KEYS = ("min_cosine", "n_clusters", "n_eff")
+RADIUS_SERIES = ("radius_mean", "radius_max")  # per snapshot, for runs whose tokens have radii
 
 # What the counting and shape entries of metrics.json mean (a reader of "n_clusters = 1" next to a
 # mean cosine of 0.01 needs the first line).
@@ -155,7 +164,9 @@ class OnlineSummary:
     ``result()``: the metrics dict (``summarize``'s). ``groups``: prompt ids (the conditional
     spread); ``block_size``: the exact energy's evaluation (the run's; the value is the same to
     round-off); ``energy``: ``"exact"`` or ``"expansion"`` (within ``tolerance`` of the energy's
-    scale ``φ'(1)/(2β)``); ``theta_c``: the cluster angle.
+    scale ``φ'(1)/(2β)``); ``theta_c``: the cluster angle; ``field``: the run's field (a layer of
+    heads has its own energy; a layer norm says whether ``E`` ascends); ``radial``: the run's tokens
+    have radii (pre-, peri-LN), given to ``add`` as ``radii (G, n)``.
     """
 
     def __init__(
@@ -168,27 +179,47 @@ class OnlineSummary:
         tolerance: float = 1e-10,
         theta_c: float = 0.1,
         field=None,
+        radial: bool = False,
     ) -> None:
         self.kernel, self.groups, self.theta_c = kernel, groups, theta_c
         self.energy_method, self.tolerance = energy, tolerance
         self.gradient_flow = True if field is None else bool(field.gradient_flow)
-        self.heads = hasattr(field, "heads")
+        # E non-decreasing: a gradient flow, or a gradient-flow layer under a layer norm
+        self.ascends = bool(getattr(field, "energy_ascends", self.gradient_flow))
+        self.layer_norm = getattr(field, "kind", "post")
+        layer = getattr(field, "layer", field)  # under a layer norm, the layer itself
+        self.heads = hasattr(layer, "heads")
+        self.radial = radial
         if self.heads:  # a layer of heads: its own energy (the kernel is the identity's)
             self.energy_method = "heads (sum over the heads of (1/(2n^2)) sum_ij w_ij phi(<q_i, k_j>))"
-            self._measure = _field_measure(field)
+            self._measure = _field_measure(layer)
         else:
             self._measure = _snapshot_function(kernel, energy, block_size=block_size, tolerance=tolerance)
-        self.series: dict[str, list] = {
-            k: [] for k in ("t", "energy", "mean_cosine", "gauge_mean_cosine", "n_eff")
-        }
+        names = ("t", "energy", "mean_cosine", "gauge_mean_cosine", "n_eff")
+        self.series: dict[str, list] = {k: [] for k in names + (RADIUS_SERIES if radial else ())}
         self.last: np.ndarray | None = None
+        self.last_radii: np.ndarray | None = None
 
     @property
     def count(self) -> int:
         """Snapshots added so far."""
         return len(self.series["t"])
 
-    def add(self, ts, xs) -> None:
+    def add(self, ts, xs, radii=None) -> None:
+        if (radii is not None) != self.radial:
+            raise ValueError(
+                f"summarize: `radii` must be given exactly for a radial run (radial = {self.radial}); "
+                f"got {'none' if radii is None else 'radii'}."
+            )
+        if self.radial:
+            if len(radii) != len(ts):
+                raise ValueError(
+                    f"summarize: `radii` must hold one row per time ({len(ts)}); got {len(radii)}."
+                )
+            for r in np.asarray(radii):
+                self.series["radius_mean"].append(float(np.mean(r)))
+                self.series["radius_max"].append(float(np.max(r)))
+                self.last_radii = r
         for t, x in zip(np.asarray(ts, dtype=float), xs, strict=True):
             x = np.asarray(x)
             e, mean_cosine, gauge_mean_cosine = self._measure(x)
@@ -219,9 +250,15 @@ class OnlineSummary:
             how = f"subsample of {rows.size} of {n} tokens (one in {rows[1] - rows[0]})"
             methods.update({key: how for key in PAIRWISE_KEYS}, series_n_eff="skipped (null)")
         energies = np.asarray(self.series["energy"], dtype=float)
-        e_max = energy_max(kernel) if self.gradient_flow and not self.heads else None
+        e_max = energy_max(kernel) if self.ascends and not self.heads else None
         e_last = float(energies[-1])
-        if not self.gradient_flow:
+        if not self.gradient_flow and self.ascends:
+            methods["energy_gap"] = methods["energy_monotone"] = (
+                f"layer norm {self.layer_norm!r}: each token turns along its own gradient at a positive "
+                "speed factor, so not the gradient flow itself, but E of the directions is non-decreasing "
+                "and bounded by energy_max"
+            )
+        elif not self.gradient_flow:
             methods["energy_gap"] = methods["energy_monotone"] = (
                 "not a gradient flow (a causal mask, softmax rows, values outside the gradient, or heads "
                 "outside cases (a)/(b)): E is measured, but nothing makes it monotone or bounds it"
@@ -254,6 +291,13 @@ class OnlineSummary:
         if "n_clusters" in methods:  # the subsample it was counted on
             clusters += f" ({methods['n_clusters']})"
         methods["n_clusters"] = clusters
+        if self.radial:
+            r = np.asarray(self.last_radii, dtype=float)
+            final.update(radius_mean=float(r.mean()), radius_min=float(r.min()), radius_max=float(r.max()))
+            methods["radius"] = (
+                f"the radii r_i = |z_i| of the {self.layer_norm}-LN tokens z_i = r_i x_i (r_i(0) = 1): "
+                "mean, min and max over the tokens; the other metrics are those of the directions x"
+            )
         final["series"] = {k: list(v) for k, v in self.series.items()}
         final["methods"] = methods
         return final

@@ -308,6 +308,29 @@ def _attention_is_consistent(config) -> None:
         )
 
 
+def _layer_norm_state_fits(config) -> None:
+    """Pre- and peri-LN tokens ``z`` live in ``R^d``: the noise (defined on the sphere) and the
+    geodesic integrator (steps on the sphere) do not apply to them."""
+    kind = config.model.layer_norm
+    if kind not in ("pre", "peri"):
+        return
+    if config.model.noise > 0:
+        raise ConfigError.from_parts(
+            "model.noise",
+            f"0 when `model.layer_norm` = {kind!r} (the noise is defined on the sphere; {kind}-LN tokens "
+            "z = r x live in R^d)",
+            config.model.noise,
+            hint="Use model.layer_norm = 'post' or 'ngpt' for a noisy run.",
+        )
+    if config.solver.method == "geodesic_rk4":
+        raise ConfigError.from_parts(
+            "solver.method",
+            f"'euler', 'rk4' or 'adaptive' when `model.layer_norm` = {kind!r} (geodesic RK4 steps on the "
+            f"sphere; {kind}-LN tokens z = r x live in R^d)",
+            config.solver.method,
+        )
+
+
 RULES: tuple[Callable[[Any], None], ...] = (
     _file_kinds_have_paths,
     _cap_center_has_d_entries,
@@ -323,6 +346,7 @@ RULES: tuple[Callable[[Any], None], ...] = (
     _expansion_has_label_structure,
     _sources_leave_movers,
     _attention_is_consistent,
+    _layer_norm_state_fits,
 )
 
 

@@ -87,6 +87,15 @@ class ModelConfig(_Frozen):
     sources: Annotated[Int, Ge(0)] = Field(
         0, description="the first `sources` tokens by position are attended to and never move"
     )
+    layer_norm: Literal["post", "pre", "peri", "ngpt"] = Field(
+        "post",
+        description="where the layer's normalisation acts: 'post' (the paper's: dx/dt = P_x A, tokens on "
+        "the sphere), 'pre' (tokens z = r x in R^d, dz/dt = A), 'peri' (dz/dt = A/|A|) or 'ngpt' "
+        "(dx/dt = ngpt_alpha P_x(A/|A|)); pre and peri store each token's radius r beside x",
+    )
+    ngpt_alpha: PositiveFloat = Field(1.0, description="nGPT's step scale alpha (model.layer_norm = 'ngpt')")
+    # keys added after runs existed (the paper's model leaves them out of its resolved config)
+    absent_at_default = ("layer_norm", "ngpt_alpha")
 
 
 class AuxConfig(_Frozen):

@@ -4,9 +4,9 @@
 ``rk4`` change nothing in the run, yet they change the config's hash (the run folder's name) and
 they say that the writer expects an effect. :data:`IGNORED` lists, for each choice of a selecting
 key (``aux.kind``, ``gauge.kind``, ``factor.kind``, ``init.kind``, ``solver.method``,
-``solver.interaction``, ``gauge.frequencies``), the keys of its section that this choice does not
-read; :func:`check_unused` refuses a key written in the file or by ``--set`` that the chosen value
-ignores, naming the choices that do read it.
+``solver.interaction``, ``gauge.frequencies``, ``model.layer_norm``), the keys of its section that
+this choice does not read; :func:`check_unused` refuses a key written in the file or by ``--set``
+that the chosen value ignores, naming the choices that do read it.
 
 Refused rather than warned: the fix is one deleted line, a warning scrolls away while the run
 goes on under a hash that differs from the same run without the key, and an unknown key is refused
@@ -29,7 +29,16 @@ __all__ = ["IGNORED", "LIST", "check_unused"]
 LIST = "a list"  # the choice of `gauge.frequencies` when it is an explicit list
 
 _GAUGE_PARAMETERS = (
-    "frequencies", "base", "axes", "generators", "rates", "omega", "seed", "path", "preset", "scaling"
+    "frequencies",
+    "base",
+    "axes",
+    "generators",
+    "rates",
+    "omega",
+    "seed",
+    "path",
+    "preset",
+    "scaling",
 )
 
 # (section, selecting key) -> {choice: keys of the section that this choice does not read}; every
@@ -46,7 +55,15 @@ IGNORED: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {
         "rope": ("axes", "generators", "rates", "omega", "seed", "path"),
         "generalized_rope": ("frequencies", "base", "seed", "path", "preset", "scaling"),
         "prompt": (
-            "frequencies", "base", "axes", "generators", "rates", "omega", "path", "preset", "scaling"
+            "frequencies",
+            "base",
+            "axes",
+            "generators",
+            "rates",
+            "omega",
+            "path",
+            "preset",
+            "scaling",
         ),
         "file": tuple(key for key in _GAUGE_PARAMETERS if key != "path"),
     },
@@ -77,6 +94,12 @@ IGNORED: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {
         "exact": ("tolerance",),
         "expansion": (),
         "auto": (),
+    },
+    ("model", "layer_norm"): {  # nGPT's step scale
+        "post": ("ngpt_alpha",),
+        "pre": ("ngpt_alpha",),
+        "peri": ("ngpt_alpha",),
+        "ngpt": (),
     },
 }
 

@@ -7,6 +7,8 @@ A run appends one snapshot ``(t, x)`` at a time to a Zarr v3 group::
                    the consolidated metadata of every array
       t            (t,)                    float64, NaN = "not written yet"
       x            (t, token, dim)         float64 or float32, NaN = "not written yet"
+      r            (t, token)              the tokens' radii, only for a layer norm whose tokens are
+                                           z = r x in R^d (pre-, peri-LN); the dtype of x
       energy, mean_cosine, ...  (t,)       the run's metric series, written at ``close`` (NaN past
                                            the last snapshot, or where a metric is undefined)
       xi           (token,) or (token, label_dim)
@@ -58,18 +60,18 @@ The design, and why each piece is there:
    appends cost 2.4 times the CPU of a file per snapshot, plain chunks of several snapshots
    1.4 times, for 201 snapshots of 64 tokens; a shard buys cheaper reads of one snapshot, which
    chunks of at most 256 KiB do not need.)
-3. **Commit order.** ``append`` writes ``x[k]`` and only after that write has returned writes
-   ``t[k]``. The finite ``t[k]`` is the commit mark of snapshot ``k``.
+3. **Commit order.** ``append`` writes ``x[k]`` (and ``r[k]``) and only after those writes have
+   returned writes ``t[k]``. The finite ``t[k]`` is the commit mark of snapshot ``k``.
 4. **Checksummed chunks.** Every chunk carries a CRC32C checksum (the Zarr v3 ``crc32c`` codec), so a
    torn or garbled chunk fails to decode instead of reading as plausible numbers. With zarr >= 3.1.3
    a chunk file is replaced atomically anyway; on storage that tears writes, the only chunk that
    can be torn is the one being written: the chunk of the snapshot in progress, which also holds
    up to ``S - 1`` completed snapshots before it (with ``S = 1``, only the snapshot in progress).
 5. **Readers trim to a contiguous prefix.** Snapshot ``k`` counts as complete iff ``t[k]`` is
-   readable and finite and ``x[k]`` is readable and finite (append rejects non-finite data, so NaN
-   can only mean "not written"); ``read_trajectory`` and ``open_dataset`` keep snapshots
-   ``0..K-1`` where ``K`` is the first incomplete one. A killed writer's store reads with status
-   "incomplete".
+   readable and finite and ``x[k]`` (and ``r[k]``) is readable and finite (append rejects
+   non-finite data, so NaN can only mean "not written"); ``read_trajectory`` and ``open_dataset``
+   keep snapshots ``0..K-1`` where ``K`` is the first incomplete one. A killed writer's store reads
+   with status "incomplete".
 
 6. **Metric series last.** ``close(status, series=...)`` writes the run's metric series (one array
    per metric on the dimension ``t``), then the status, then the consolidated metadata that lists
@@ -112,6 +114,7 @@ __all__ = [
     "StoredGauge",
     "StoredTrajectory",
     "TrajectoryWriter",
+    "iter_radial_snapshots",
     "iter_snapshots",
     "open_dataset",
     "read_gauge",
@@ -123,7 +126,7 @@ __all__ = [
 
 _WHERE = "store"
 _CHUNK_BYTES = 1 << 18  # snapshots per chunk file: about this many bytes of positions
-_DATA_ARRAYS = ("t", "x", "xi", "gauge", "gauge_angles")  # the names a metric series may not take
+_DATA_ARRAYS = ("t", "x", "xi", "gauge", "gauge_angles", "r")  # the names a metric series may not take
 _SERIES_NAMES = {
     "energy": "interaction energy E",
     "mean_cosine": "mean pairwise cosine of the content",
@@ -146,6 +149,11 @@ _READ_BLOCK = 256
 _ARRAY_ATTRS = {
     "t": {"long_name": "time", "units": "1"},
     "x": {"long_name": "token positions on the unit sphere", "units": "1", "coordinates": "xi"},
+    "r": {
+        "long_name": "token radii r_i = |z_i| (pre- and peri-LN tokens z_i = r_i x_i)",
+        "units": "1",
+        "coordinates": "xi",
+    },
     "xi": {"long_name": "frozen token labels", "units": "1"},
     "gauge": {"long_name": "gauge matrices Q(xi_i), u_i = Q(xi_i) x_i", "units": "1"},
     "gauge_angles": {
@@ -223,6 +231,7 @@ class StoredTrajectory:
         status: what ``close`` recorded, or ``"incomplete"`` when the writer never closed (or fewer
             snapshots are readable than it recorded).
         stored_gauge: the gauge as stored (:class:`StoredGauge`), or ``None`` when no gauge was set.
+        rs: ``(T, n)`` radii of the tokens ``z = r x`` (pre- and peri-LN runs), or ``None``.
 
     ``gauge_frame(xs, tokens)`` is the gauge-frame view; ``gauge`` the dense matrices (for RoPE
     built on access: prefer ``gauge_frame`` at large d).
@@ -234,6 +243,7 @@ class StoredTrajectory:
     attrs: dict[str, Any]
     status: str
     stored_gauge: StoredGauge | None = None
+    rs: np.ndarray | None = None
 
     @property
     def gauge(self) -> np.ndarray | None:
@@ -263,6 +273,8 @@ class TrajectoryWriter:
         attrs: the resolved config (JSON-serialisable), stored as the group's attributes.
         dtype: ``"float64"`` or ``"float32"``, the dtype of ``x`` and ``gauge`` (``t`` is float64).
         overwrite: replace an existing trajectory store at ``path``.
+        radii: also keep a radius per token and snapshot, ``r (t, token)`` (tokens ``z = r x`` of a
+            pre- or peri-LN layer); ``append`` then takes ``r``.
 
     Use as a context manager: leaving the block closes the store with status ``"ok"``, or
     ``"interrupted"`` / ``"error"`` when the block is left by KeyboardInterrupt / another exception.
@@ -281,6 +293,7 @@ class TrajectoryWriter:
         attrs: Mapping[str, Any] | None = None,
         dtype: str = "float64",
         overwrite: bool = False,
+        radii: bool = False,
     ) -> None:
         self._path = Path(path)
         n_snapshots_max = _positive_int("n_snapshots_max", n_snapshots_max)
@@ -317,6 +330,7 @@ class TrajectoryWriter:
                 rope_angles=rope_angles,
                 attrs=attrs,
                 dtype=dtype,
+                radii=bool(radii),
             )
             _move_into_place(staging, self._path, overwrite=overwrite)
         except BaseException:
@@ -330,6 +344,7 @@ class TrajectoryWriter:
         self._group = group
         self._t = group["t"]
         self._x = group["x"]
+        self._r = group["r"] if "r" in group else None
         self._n_snapshots_max = int(group["t"].shape[0])
         self._shape = tuple(int(s) for s in group["x"].shape[1:])
         self._dtype = np.dtype(group["x"].dtype)
@@ -373,11 +388,12 @@ class TrajectoryWriter:
         """Whether ``close`` has been called."""
         return self._status is not None
 
-    def append(self, t: Any, x: Any) -> None:
-        """Write one snapshot: positions ``x`` of shape ``(n, d)`` at time ``t``.
+    def append(self, t: Any, x: Any, r: Any = None) -> None:
+        """Write one snapshot: positions ``x`` of shape ``(n, d)`` at time ``t`` (and the radii
+        ``r (n,)``, given exactly when the store keeps radii).
 
-        ``x`` is written first and ``t`` second, so the snapshot is committed exactly when the
-        finite ``t`` lands (module docstring, point 3).
+        ``x`` and ``r`` are written first and ``t`` last, so the snapshot is committed exactly when
+        the finite ``t`` lands (module docstring, point 3).
         """
         if self._status is not None:
             raise ValueError(
@@ -392,8 +408,11 @@ class TrajectoryWriter:
             )
         t = _check_time(t, self._t_last)
         x = _check_x(x, self._shape)
+        r = _check_r(r, self._shape[0], kept=self._r is not None)
         k = self._count
         self._x[k] = x.astype(self._dtype, copy=False)
+        if r is not None:
+            self._r[k] = r.astype(self._dtype, copy=False)
         self._t[k] = t
         self._count = k + 1
         self._t_last = t
@@ -502,13 +521,18 @@ def read_trajectory(
     group = _open_store(path)
     n = int(group["x"].shape[1])
     rows = slice(None) if max_tokens is None or n <= max_tokens else spread(n, max_tokens)
+    radii = _radii(group)
     if snapshots is None:
         recorded = group.attrs.get("n_snapshots")
-        blocks = [(ts, xs[:, rows]) for ts, xs in _complete_blocks(group["t"], group["x"], recorded=recorded)]
+        blocks = [
+            (ts, xs[:, rows], None if rs is None else rs[:, rows])
+            for ts, xs, rs in _complete_blocks(group["t"], group["x"], r=radii, recorded=recorded)
+        ]
     else:
         blocks = [_complete_snapshot(group, int(k), rows) for k in snapshots]
-    ts = np.concatenate([ts for ts, _ in blocks])
-    xs = np.concatenate([xs for _, xs in blocks])
+    ts = np.concatenate([ts for ts, _, _ in blocks])
+    xs = np.concatenate([xs for _, xs, _ in blocks])
+    rs = None if radii is None else np.concatenate([rs for _, _, rs in blocks])
     xi = np.asarray(group["xi"][...])[rows]
     attrs = _decoded_attrs(group.attrs)
     status = _resolved_status(attrs, ts.shape[0])
@@ -520,18 +544,26 @@ def read_trajectory(
             matrices=None if gauge.matrices is None else gauge.matrices[rows],
             rope_angles=None if gauge.rope_angles is None else gauge.rope_angles[rows],
         )
-    return StoredTrajectory(ts=ts, xs=xs, xi=xi, attrs=config, status=status, stored_gauge=gauge)
+    return StoredTrajectory(ts=ts, xs=xs, xi=xi, attrs=config, status=status, stored_gauge=gauge, rs=rs)
 
 
-def _complete_snapshot(group: zarr.Group, k: int, rows) -> tuple[np.ndarray, np.ndarray]:
-    """Snapshot ``k`` as a block of one, ``(t (1,), x (1, kept, d))``; it must be complete."""
+def _radii(group: zarr.Group) -> zarr.Array | None:
+    return group["r"] if "r" in group else None
+
+
+def _complete_snapshot(group: zarr.Group, k: int, rows) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Snapshot ``k`` as a block of one, ``(t (1,), x (1, kept, d), r (1, kept) or None)``; it must
+    be complete."""
     ts, torn = _read_rows(group["t"], k, k + 1)
     xs, torn_x = _read_rows(group["x"], k, k + 1)
-    if ts.shape[0] != 1 or torn or torn_x or not (np.isfinite(ts).all() and np.isfinite(xs).all()):
+    radii = _radii(group)
+    rs, torn_r = (None, set()) if radii is None else _read_rows(radii, k, k + 1)
+    finite = np.isfinite(ts).all() and np.isfinite(xs).all() and (rs is None or np.isfinite(rs).all())
+    if ts.shape[0] != 1 or torn or torn_x or torn_r or not finite:
         raise CorruptStoreError(
             f"store: snapshot {k} must be complete to be read; got a missing or torn one."
         )
-    return ts, xs[:, rows]
+    return ts, xs[:, rows], None if rs is None else rs[:, rows]
 
 
 def spread(count: int, limit: int) -> np.ndarray:
@@ -578,8 +610,18 @@ def iter_snapshots(path: str | os.PathLike[str]) -> Iterator[tuple[np.ndarray, n
     """The complete snapshots of a store as blocks ``(ts (G,), xs (G, n, d))``, in order, trimmed
     like ``read_trajectory``: memory of one block (at most ``_READ_BLOCK`` snapshots), whatever the
     store's length (metrics and figures of long runs read it this way)."""
+    for ts, xs, _ in iter_radial_snapshots(path):
+        yield ts, xs
+
+
+def iter_radial_snapshots(
+    path: str | os.PathLike[str],
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
+    """``iter_snapshots`` with the radii: blocks ``(ts (G,), xs (G, n, d), rs (G, n))``, ``rs``
+    ``None`` for a store without radii (every layer norm but pre and peri)."""
     group = _open_store(path)
-    yield from _complete_blocks(group["t"], group["x"], recorded=group.attrs.get("n_snapshots"))
+    recorded = group.attrs.get("n_snapshots")
+    yield from _complete_blocks(group["t"], group["x"], r=_radii(group), recorded=recorded)
 
 
 def open_dataset(path: str | os.PathLike[str]) -> xr.Dataset:
@@ -593,7 +635,7 @@ def open_dataset(path: str | os.PathLike[str]) -> xr.Dataset:
 
     group = _open_store(path)
     recorded = group.attrs.get("n_snapshots")
-    blocks = [ts for ts, _ in _complete_blocks(group["t"], group["x"], recorded=recorded)]
+    blocks = [ts for ts, _, _ in _complete_blocks(group["t"], group["x"], r=_radii(group), recorded=recorded)]
     ts = np.concatenate(blocks)
     status = _resolved_status(dict(group.attrs), ts.shape[0])
     consolidated = group.metadata.consolidated_metadata is not None
@@ -657,6 +699,7 @@ def _create_store(
     rope_angles: np.ndarray | None,
     attrs: dict[str, Any],
     dtype: str,
+    radii: bool = False,
 ) -> None:
     group = zarr.open_group(path, mode="w-", zarr_format=3, attributes=_group_attributes(attrs))
     per_chunk = snapshots_per_chunk(n_snapshots_max, n * d * np.dtype(dtype).itemsize)
@@ -680,6 +723,17 @@ def _create_store(
         compressors=_codecs(),
         attributes=_ARRAY_ATTRS["x"],
     )
+    if radii:
+        group.create_array(
+            "r",
+            shape=(n_snapshots_max, n),
+            chunks=(per_chunk, n),
+            dtype=dtype,
+            fill_value=np.nan,
+            dimension_names=("t", "token"),
+            compressors=_codecs(),
+            attributes=_ARRAY_ATTRS["r"],
+        )
     xi_dims = ("token",) if xi.ndim == 1 else ("token", "label_dim")
     xi_array = group.create_array(
         "xi",
@@ -771,11 +825,12 @@ class CorruptStoreError(ValueError):
 
 
 def _complete_blocks(
-    t: zarr.Array, x: zarr.Array, *, recorded: int | None = None
-) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Yield ``(ts, xs)`` blocks of complete snapshots, in order, up to the first incomplete one.
+    t: zarr.Array, x: zarr.Array, *, r: zarr.Array | None = None, recorded: int | None = None
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
+    """Yield ``(ts, xs, rs)`` blocks of complete snapshots, in order, up to the first incomplete
+    one (``rs`` None for a store without radii ``r``).
 
-    A snapshot is complete iff its ``t`` and ``x`` are readable and finite. Reading block by block
+    A snapshot is complete iff its ``t`` and ``x`` (and ``r``) are readable and finite. Reading block by block
     bounds memory and makes the cost follow the snapshots written, not the preallocation.
     A chunk that fails its checksum ends the prefix only where an interrupted write explains it:
     it is the last snapshot written and the store was never closed (``recorded`` is None).
@@ -789,9 +844,14 @@ def _complete_blocks(
         xs, torn_x = _read_rows(x, start, start + k)
         torn |= torn_x
         k = _finite_prefix(xs)
+        rs = None
+        if r is not None:
+            rs, torn_r = _read_rows(r, start, start + k)
+            torn |= torn_r
+            k = _finite_prefix(rs)
         if start + k in torn:
             _check_torn_tail(t, start + k, recorded, per_chunk=max(int(t.chunks[0]), int(x.chunks[0])))
-        yield ts[:k], xs[:k]
+        yield ts[:k], xs[:k], None if rs is None else rs[:k]
         if k < stop - start:
             return
 
@@ -956,6 +1016,26 @@ def _check_x(x: Any, shape: tuple[int, int]) -> np.ndarray:
     if not np.isfinite(x).all():
         raise ValueError(f"{_WHERE}: `x` must be finite; got {_nonfinite_summary(x)}.")
     return x
+
+
+def _check_r(r: Any, n: int, *, kept: bool) -> np.ndarray | None:
+    if r is None:
+        if kept:
+            raise ValueError(f"{_WHERE}: `r` must be given: this store keeps the radii; got None.")
+        return None
+    if not kept:
+        raise ValueError(
+            f"{_WHERE}: `r` must be left out: this store keeps no radii (create it with radii=True); "
+            "got an array."
+        )
+    r = np.asarray(r)
+    if r.shape != (n,) or not _is_real(r):
+        raise ValueError(
+            f"{_WHERE}: `r` must be a real array of shape (n,) = ({n},); got {r.dtype} {r.shape}."
+        )
+    if not (np.isfinite(r).all() and (r > 0).all()):
+        raise ValueError(f"{_WHERE}: `r` must be finite and positive; got min {np.min(r)!r}.")
+    return r
 
 
 def _nonfinite_summary(array: np.ndarray) -> str:

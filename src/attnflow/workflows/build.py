@@ -31,6 +31,7 @@ from attnflow.numerics.dynamics import VectorField, make_vector_field
 from attnflow.numerics.expansion import MAX_RANK, expansion_rank
 from attnflow.numerics.heads_field import HeadsField
 from attnflow.numerics.integrators import Integrator, make_integrator
+from attnflow.numerics.layer_norms import LayerNormField
 from attnflow.numerics.saving import SNAPSHOT_GROUP_MAX, snapshot_count
 from attnflow.numerics.summation import symmetric_tiles
 from attnflow.workflows.build_heads import make_heads
@@ -69,7 +70,12 @@ class Simulation:
     interaction: str = "exact"  # the path that runs ("auto" resolved)
     rank: int | None = None  # features per token of the expansion; None for "exact"
     max_steps: int | None = None  # the adaptive solver's bound on a whole run (solver.max_steps)
+    layer_norm: str = "post"  # model.layer_norm; for pre and peri the state is z = r x in R^d
 
+    @property
+    def radial(self) -> bool:
+        """Whether the state is ``z = r x`` in ``R^d`` with a radius per token (pre-, peri-LN)."""
+        return self.layer_norm in ("pre", "peri")
 
 
 @jax.jit
@@ -356,9 +362,25 @@ def _profile_scale(profile) -> float:
     return c * float(np.exp(np.asarray(profile.beta, dtype=np.float64))) if profile.kind == "exp" else c
 
 
-def build(config: Config, *, memory_limit: int | None = None, streamed: bool = False) -> Simulation:
+def build(
+    config: Config,
+    *,
+    memory_limit: int | None = None,
+    streamed: bool = False,
+    layer_norms: bool | None = None,
+) -> Simulation:
     """Build every runtime object of a simulation from its config (after ``check_memory``;
-    ``streamed``: the caller keeps one compiled call's snapshots at a time, as ``attnflow run``)."""
+    ``streamed``: the caller keeps one compiled call's snapshots at a time, as ``attnflow run``).
+    ``layer_norms``: whether the caller runs a ``model.layer_norm`` other than post (its state, and
+    the radii of pre and peri, as ``attnflow run`` stores them); default ``streamed``. Other callers
+    (the experiments, the landscape: post-LN models) refuse one in one line."""
+    if config.model.layer_norm != "post" and not (streamed if layer_norms is None else layer_norms):
+        raise ConfigError.from_parts(
+            "model.layer_norm",
+            "'post' here (the experiments and the landscape study the paper's post-LN layer; "
+            "`attnflow run` and `attnflow sweep` run the others)",
+            config.model.layer_norm,
+        )
     check_memory(config, limit=memory_limit, streamed=streamed)
     dtype = jnp.float32 if config.solver.dtype == "float32" else jnp.float64
     model, solver = config.model, config.solver
@@ -386,16 +408,31 @@ def build(config: Config, *, memory_limit: int | None = None, streamed: bool = F
     return _simulation(config, kernel, field, xi, block_size, dtype)
 
 
+def _with_layer_norm(config: Config, field):
+    """``field`` under ``model.layer_norm``: post-LN is the field itself (bitwise the paper's model);
+    the others wrap it (:class:`~attnflow.numerics.layer_norms.LayerNormField`)."""
+    model = config.model
+    if model.layer_norm == "post":
+        return field
+    with library_errors():
+        return LayerNormField(field, model.layer_norm, alpha=model.ngpt_alpha)
+
+
 def _simulation(config: Config, kernel: Kernel, field, xi: np.ndarray, block_size, dtype) -> Simulation:
-    """The simulation of ``field``; the initial data are centred in ``kernel``'s gauge frame."""
+    """The simulation of ``field`` under the config's layer norm; the initial data are centred in
+    ``kernel``'s gauge frame. The integrator's retraction is the state's (``"none"`` for pre and peri)."""
     solver = config.solver
+    field = _with_layer_norm(config, field)
+    integrator = make_integrator(solver.method, rtol=solver.rtol, atol=solver.atol)
+    if isinstance(field, LayerNormField) and field.retraction != integrator.retraction:
+        integrator = dataclasses.replace(integrator, retraction=field.retraction)
     return Simulation(
         kernel=kernel,
         field=field,
         x0=make_initial(config, kernel.gauge, dtype),
         xi=xi,
         groups=xi.astype(int) if config.aux.kind == "prompts" else None,
-        integrator=make_integrator(solver.method, rtol=solver.rtol, atol=solver.atol),
+        integrator=integrator,
         dt=solver.dt,
         t_end=solver.t_end,
         save_every=solver.save_every,
@@ -405,6 +442,7 @@ def _simulation(config: Config, kernel: Kernel, field, xi: np.ndarray, block_siz
         interaction=field.interaction,
         rank=field.rank,
         max_steps=solver.max_steps,
+        layer_norm=config.model.layer_norm,
     )
 
 

@@ -8,6 +8,12 @@ metrics (from the stored snapshots, :func:`attnflow.analysis.summary.summarize`)
 last the status, in the store and in ``metrics.json``: whatever ends a started run (Ctrl-C, an
 error, a full disk while drawing), ``metrics.json`` says so. ``resume=True`` continues a stopped
 fixed-step run from its last complete snapshot, bitwise as if it had never stopped.
+
+Layer norms (``model.layer_norm``): post-LN and nGPT evolve the directions ``x`` on the sphere and
+are stored as ever. Pre- and peri-LN evolve ``z = r x`` in ``R^d``: the store keeps the directions
+``x`` and the radii ``r (t, token)``, the metrics add the radii, and a fixed-step run advances one
+snapshot at a time from ``z = r x`` as stored (:func:`attnflow.numerics.layer_norms.solve_radial`),
+so that it too resumes bitwise.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from attnflow.io import run_folder, store
 from attnflow.io.atomic import write_json
 from attnflow.io.config import Config, ConfigError, resolved_dict
 from attnflow.io.version import __version__
+from attnflow.numerics.layer_norms import join_state, solve_radial, split_state
 from attnflow.numerics.saving import SaveAt
 from attnflow.numerics.solve import SolveStatistics, snapshot_count, solve_streaming
 from attnflow.numerics.steps import ConstantSteps
@@ -172,6 +179,7 @@ def _open_writer(config: Config, sim, out_dir: Path, resolved: dict, *, resume: 
             rope_angles=rope_angles,
             attrs={"config": resolved, "attnflow_version": __version__},
             dtype=storage.dtype or config.solver.dtype,
+            radii=sim.radial,
         )
     stored = store.open_dataset(path)
     before = json.loads(json.dumps(stored.attrs.get("config")))
@@ -181,8 +189,7 @@ def _open_writer(config: Config, sim, out_dir: Path, resolved: dict, *, resume: 
             f"run: `--resume` must continue the run's own config; got one that differs in "
             f"{', '.join(keys[:3]) or 'its layout'}. Pass --overwrite to start again."
         )
-    fixed = isinstance(sim.integrator.default_steps(sim.dt, max_steps=1), ConstantSteps)
-    resumable = fixed and sim.noise == 0 and _keeps_state(config)
+    resumable = _fixed_steps(sim) and sim.noise == 0 and _keeps_state(config)
     if not resumable and (stored.sizes["t"] > 1 or not _keeps_state(config)):
         raise ConfigError(
             "run: `--resume` must continue a deterministic fixed-step run whose store keeps its "
@@ -190,6 +197,10 @@ def _open_writer(config: Config, sim, out_dir: Path, resolved: dict, *, resume: 
             "thinned one. Pass --overwrite to start again."
         )
     return store.TrajectoryWriter.reopen(path)
+
+
+def _fixed_steps(sim) -> bool:
+    return isinstance(sim.integrator.default_steps(sim.dt, max_steps=1), ConstantSteps)
 
 
 def _stored_gauge(gauge, rows: slice) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -253,16 +264,18 @@ class _Snapshots:
         self.first: tuple | None = None
         self.pending: tuple | None = None
 
-    def add(self, k: int, x: np.ndarray) -> None:
-        """Snapshot number ``k`` of the whole run (its time ``k · save_every``)."""
+    def add(self, k: int, x: np.ndarray, r: np.ndarray | None = None) -> None:
+        """Snapshot number ``k`` of the whole run (its time ``k · save_every``): the directions
+        ``x``, and the radii ``r`` of a pre- or peri-LN run."""
         t = store.snapshot_time(k, self.save_every)
         if self.first is None:
             self.first = (t, np.array(x))
+        stored_r = None if r is None else np.array(r[self.rows])
         if self.every or self.writer.n_snapshots == 0:
-            self.writer.append(t, x[self.rows])  # committed by its time, written last (io.store)
+            self.writer.append(t, x[self.rows], stored_r)  # committed by its time, written last (io.store)
         else:
-            self.pending = (t, np.array(x[self.rows]))
-        self.summary.add([t], x[None])
+            self.pending = (t, np.array(x[self.rows]), stored_r)
+        self.summary.add([t], x[None], None if r is None else r[None])
 
     def flush(self) -> None:
         if self.pending is not None and not self.writer.closed:
@@ -280,44 +293,58 @@ def _run_in_folder(config, sim, out_dir: Path, resolved: dict, *, resume: bool, 
         energy="expansion" if sim.interaction == "expansion" else "exact",
         tolerance=config.solver.tolerance,
         field=sim.field,
+        radial=sim.radial,
     )
     snapshots = None
     try:
         writer = _open_writer(config, sim, out_dir, resolved, resume=resume)
         snapshots = _Snapshots(config, sim, writer, summary)
         first = writer.n_snapshots - 1 if resume else 0  # the stored snapshot the solve starts from
-        x0 = sim.x0
+        x0, r0 = sim.x0, None
+        if sim.radial:  # the tokens z = r x, r(0) = 1 (up to round-off: split as stored)
+            x0, r0 = split_state(np.asarray(sim.x0))
         if resume:  # the metrics of the stored snapshots, read back block by block
-            for ts, xs in store.iter_snapshots(writer.path):
-                summary.add(ts, xs)
+            for ts, xs, rs in store.iter_radial_snapshots(writer.path):
+                summary.add(ts, xs, rs)
                 snapshots.first = snapshots.first or (float(ts[0]), np.array(xs[0]))
-            x0 = jax.numpy.asarray(summary.last)
+            x0, r0 = summary.last, summary.last_radii
         counter = {"k": first}
 
+        def on_state(k: int, x: np.ndarray, r: np.ndarray | None = None) -> None:
+            if resume and k == first:
+                return  # the snapshot resumed from, already stored and measured
+            snapshots.add(k, x, r)
+            if progress is not None:
+                progress(k + 1, n_snapshots)
+
         def on_snapshots(ts: np.ndarray, xs: np.ndarray) -> None:
-            for x in xs:
+            for state in xs:
                 k = counter["k"]
                 counter["k"] += 1
-                if resume and k == first:
-                    continue  # the snapshot resumed from, already stored and measured
-                snapshots.add(k, x)
-                if progress is not None:
-                    progress(k + 1, n_snapshots)
+                on_state(k, *(split_state(state) if sim.radial else (state,)))
 
         if first + 1 < n_snapshots:
             if resume and progress is not None:  # the stored snapshots, reported before the solve
                 progress(first + 1, n_snapshots)  # compiles (a fresh run reports x0 first)
-            statistics = solve_streaming(
-                sim.field,
-                x0,
-                on_snapshots=on_snapshots,
-                integrator=sim.integrator,
-                dt=sim.dt,
-                saveat=SaveAt((n_snapshots - 1 - first) * sim.save_every, sim.save_every),
-                noise=sim.noise,
-                key=sim.key,
-                max_steps=config.solver.max_steps,  # the adaptive bound of the whole run (None: none)
-            )
+            t_end = (n_snapshots - 1 - first) * sim.save_every
+            if sim.radial and _fixed_steps(sim):  # one snapshot at a time, from z = r x as stored
+                on_state(first, x0, r0)
+                statistics = solve_radial(
+                    sim.field, x0, r0, on_snapshot=lambda k, x, r: on_state(first + k, x, r),
+                    integrator=sim.integrator, dt=sim.dt, t_end=t_end, save_every=sim.save_every,
+                )  # fmt: skip
+            else:
+                statistics = solve_streaming(
+                    sim.field,
+                    jax.numpy.asarray(x0 if r0 is None else join_state(x0, r0)),
+                    on_snapshots=on_snapshots,
+                    integrator=sim.integrator,
+                    dt=sim.dt,
+                    saveat=SaveAt(t_end, sim.save_every),
+                    noise=sim.noise,
+                    key=sim.key,
+                    max_steps=config.solver.max_steps,  # the adaptive bound of the whole run (None: none)
+                )
             status = str(statistics.status)
         else:
             status = "ok"
@@ -362,7 +389,7 @@ def _run_info(config, sim, writer, status, statistics: SolveStatistics | None, s
         "block_size": sim.block_size,
         "interaction": sim.interaction,  # the path that ran ("auto" resolved)
         "rank": sim.rank,  # features per token of the expansion; null for "exact"
-    }
+    } | ({} if sim.layer_norm == "post" else {"layer_norm": sim.layer_norm})
 
 
 # The gauge frames of the two states drawn: one compiled program (found in the persistent cache by a
