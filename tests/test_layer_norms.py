@@ -1,7 +1,10 @@
 """Layer norms (numerics.layer_norms): pre, peri and nGPT against an independent NumPy
 implementation of their definitions (RK4, the same stage rule: z unretracted for pre and peri,
-x renormalised for nGPT) with heads, RoPE gauges, a factor and a held source; and the equiangular
-reduction of each, a closed system for the common cosine rho (and radius r) solved by SciPy."""
+x renormalised for nGPT) with heads, RoPE gauges, a factor and a held source; the equiangular
+reduction of each, a closed system for the common cosine rho (and radius r) solved by SciPy; a
+zero attention output; the energy of the directions; and the snapshot-by-snapshot solve of pre
+and peri (solve_radial) that a run uses to resume bitwise. Runs from a config:
+tests/test_layer_norm_runs.py."""
 
 from __future__ import annotations
 
@@ -15,8 +18,14 @@ from attnflow.core.kernel import Kernel, make_profile
 from attnflow.numerics import integrators
 from attnflow.numerics.dynamics import make_vector_field
 from attnflow.numerics.heads_field import HeadsField
-from attnflow.numerics.layer_norms import LayerNormField, directions_and_radii
-from attnflow.numerics.solve import solve
+from attnflow.numerics.layer_norms import (
+    LayerNormField,
+    directions_and_radii,
+    join_state,
+    solve_radial,
+    split_state,
+)
+from attnflow.numerics.solve import Status, solve
 from test_heads import make_case
 
 TRAJECTORY_ATOL = 1e-8  # the acceptance bound at tau = 1, dt = 0.01 (measured: round-off, ~1e-14)
@@ -133,3 +142,94 @@ def test_bad_layer_norms_are_one_clear_error():
         LayerNormField(make_vector_field(kernel), "ngpt", alpha=0.0)
     with pytest.raises(ValueError, match=r"`retraction` must be 'sphere' for geodesic_rk4"):
         integrators.GeodesicRK4(retraction="none")
+
+
+def _layer(n=12, d=4, *, causal=False, beta=1.5, sources=0):
+    kernel = Kernel(gauges.IdentityGauge(n, d), factors.NoFactor(n), make_profile("exp", beta=beta))
+    return make_vector_field(kernel, causal=causal, sources=sources)
+
+
+@pytest.mark.parametrize("kind", ["pre", "peri", "ngpt"])
+def test_a_zero_attention_output_leaves_its_token_in_place(kind):
+    """A strict causal mask: token 0 sees no token, so A_0 = 0 exactly; A/|A| is taken as 0, so the
+    token does not move (as under post-LN, P_x 0 = 0) and nothing turns NaN."""
+    field = LayerNormField(_layer(causal="strict"), kind)
+    x0 = sphere.sample_uniform(2, 12, 4)
+    z0 = x0 * jnp.linspace(1.0, 2.0, 12)[:, None] if field.radial else x0
+    np.testing.assert_array_equal(np.asarray(field.layer.attention(x0))[0], 0.0)
+    v = np.asarray(field(z0))
+    np.testing.assert_array_equal(v[0], 0.0)
+    assert np.all(np.isfinite(v)) and np.all(np.linalg.norm(v[1:], axis=1) > 0)
+    traj = solve(field, z0, integrator=integrators.RK4(retraction=field.retraction), dt=0.01, t_end=0.5,
+                 save_every=0.5)  # fmt: skip
+    if field.radial:  # z in R^d, no retraction: direction and radius kept exactly
+        np.testing.assert_array_equal(traj.xs[-1][0], np.asarray(z0)[0])
+    else:  # renormalised after every step (as post-LN): a rounding of the unit vector apart
+        np.testing.assert_allclose(traj.xs[-1][0], np.asarray(z0)[0], rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize("kind", ["pre", "peri", "ngpt"])
+def test_the_energy_of_the_directions_ascends_under_every_norm(kind):
+    """dE/dt = (1/n) sum_i s_i |P A_i|^2 >= 0 with s_i > 0 the norm's speed factor: E of the
+    directions is non-decreasing though only post-LN is the gradient flow itself."""
+    layer = _layer(n=16, d=3, beta=2.0)
+    field = LayerNormField(layer, kind, alpha=0.5)
+    assert field.energy_ascends and not field.gradient_flow
+    assert not LayerNormField(_layer(causal=True), kind).energy_ascends  # no energy to climb
+    method = integrators.RK4(retraction=field.retraction)
+    x0 = sphere.sample_uniform(5, 16, 3)
+    traj = solve(field, x0, integrator=method, dt=0.01, t_end=3.0, save_every=0.1)
+    x, _ = directions_and_radii(jnp.asarray(traj.xs))
+    energies = np.array([float(field.energy(state)) for state in x])
+    assert np.all(np.diff(energies) >= -1e-13)  # round-off of the energy sum (values about 1)
+    assert energies[-1] > energies[0] + 0.01  # it did climb
+
+
+def test_split_and_join_are_what_a_store_keeps():
+    z = np.random.default_rng(0).normal(size=(3, 5, 4))
+    x, r = split_state(z)
+    assert x.shape == (3, 5, 4) and r.shape == (3, 5)
+    np.testing.assert_allclose(np.linalg.norm(x, axis=-1), 1.0, atol=1e-15)
+    np.testing.assert_allclose(join_state(x, r), z, rtol=1e-15, atol=0)  # a rounding apart at most
+    x32, r32 = split_state(z.astype(np.float32))
+    assert x32.dtype == np.float32 and r32.dtype == np.float32
+
+
+@pytest.mark.parametrize("kind", ["pre", "peri"])
+def test_solve_radial_restarts_from_each_stored_snapshot_bitwise(kind):
+    """Snapshot by snapshot from z = r x: continued from its snapshot 2, the solve gives bitwise the
+    later snapshots of the whole one; and it agrees with one continuous solve of z to round-off."""
+    field = LayerNormField(_layer(sources=1), kind)
+    method = integrators.RK4(retraction="none")
+    x0, r0 = split_state(np.asarray(sphere.sample_uniform(3, 12, 4)))
+    whole: dict[int, tuple] = {}
+    result = solve_radial(field, x0, r0, on_snapshot=lambda k, x, r: whole.update({k: (x, r)}),
+                          integrator=method, dt=0.01, t_end=0.5, save_every=0.1)  # fmt: skip
+    assert result.status == Status.ok and result.steps == 50 and int(result.evaluations) == 200
+    assert sorted(whole) == [1, 2, 3, 4, 5] and result.snapshots == 6
+    later: dict[int, tuple] = {}
+    solve_radial(field, *whole[2], on_snapshot=lambda k, x, r: later.update({2 + k: (x, r)}),
+                 integrator=method, dt=0.01, t_end=0.3, save_every=0.1)  # fmt: skip
+    for k in (3, 4, 5):
+        np.testing.assert_array_equal(later[k][0], whole[k][0])
+        np.testing.assert_array_equal(later[k][1], whole[k][1])
+    continuous = solve(field, jnp.asarray(join_state(x0, r0)), integrator=method, dt=0.01, t_end=0.5,
+                       save_every=0.1)  # fmt: skip
+    # five restarts, each a rounding of z apart: round-off only
+    np.testing.assert_allclose(join_state(*whole[5]), continuous.xs[-1], rtol=0, atol=1e-13)
+    assert np.all(whole[5][1][0] == r0[0]) and np.max(np.abs(whole[5][1] - 1.0)) > 1e-3  # held, moved
+    with pytest.raises(ValueError, match=r"^solve_radial: `field` must be a pre- or peri-LN"):
+        solve_radial(LayerNormField(_layer(), "ngpt"), x0, r0, on_snapshot=print, integrator=method,
+                     dt=0.01, t_end=0.1, save_every=0.1)  # fmt: skip
+
+
+def test_a_batch_of_layer_norm_runs_is_each_run():
+    """A batch (B, n, d) of pre-LN states solves each state as alone (bitwise, one run per program
+    call on a CPU)."""
+    field = LayerNormField(_layer(), "pre")
+    z0 = jnp.stack([sphere.sample_uniform(s, 12, 4) for s in (0, 1)])
+    method = integrators.RK4(retraction="none")
+    batch = solve(field, z0, integrator=method, dt=0.01, t_end=0.2, save_every=0.1, workers=1)
+    for b in range(2):
+        alone = solve(field, z0[b], integrator=method, dt=0.01, t_end=0.2, save_every=0.1)
+        np.testing.assert_allclose(batch.xs[:, b], alone.xs, rtol=0, atol=1e-14)
