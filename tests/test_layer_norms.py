@@ -32,13 +32,20 @@ TRAJECTORY_ATOL = 1e-8  # the acceptance bound at tau = 1, dt = 0.01 (measured: 
 
 
 def reference_attention(x, specs, *, beta):
-    """``A_i = Σ_h W_O Σ_j (w_ij e^{β⟨q_i, k_j⟩}/n) W_V x_j`` (usa, plain values, c = 1)."""
+    """``A_i = Σ_h W_O Σ_j a_ij W_V x_j`` (plain values) or ``Σ_h W_O G_iᵀ Σ_j a_ij G_j W_V x_j``
+    (rotated), ``a_ij = w_ij e^{β⟨q_i, k_j⟩}/n`` (usa, c = 1)."""
     n, total = x.shape[0], np.zeros_like(x)
     for spec in specs:
-        q = np.einsum("nab,nb->na", spec["g"], x @ spec["query"].T)
-        k = np.einsum("nab,nb->na", spec["g"], x @ spec["key"].T)
+        g = spec["g"]
+        q = np.einsum("nab,nb->na", g, x @ spec["query"].T)
+        k = np.einsum("nab,nb->na", g, x @ spec["key"].T)
         a = spec["w"] * np.exp(beta * (q @ k.T)) / n
-        total += (a @ (x @ spec["value"].T)) @ spec["output"].T
+        v = x @ spec["value"].T
+        if spec.get("values") == "rotated":
+            summed = np.einsum("nba,nb->na", g, a @ np.einsum("nab,nb->na", g, v))
+        else:
+            summed = a @ v
+        total += summed @ spec["output"].T
     return total
 
 
