@@ -1034,7 +1034,7 @@ def _check_r(r: Any, n: int, *, kept: bool) -> np.ndarray | None:
             f"{_WHERE}: `r` must be a real array of shape (n,) = ({n},); got {r.dtype} {r.shape}."
         )
     if not (np.isfinite(r).all() and (r > 0).all()):
-        raise ValueError(f"{_WHERE}: `r` must be finite and positive; got min {np.min(r)!r}.")
+        raise ValueError(f"{_WHERE}: `r` must be finite and positive; got min {float(np.min(r))!r}.")
     return r
 
 
