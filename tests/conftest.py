@@ -1,13 +1,14 @@
 import os
-import tempfile
 
 import jax
 import pytest
 from jax._src import compilation_cache
 
 jax.config.update("jax_enable_x64", True)
-# the CLI enables JAX's persistent compilation cache: tests keep it out of the user's cache folder
-os.environ.setdefault("ATTNFLOW_CACHE_DIR", tempfile.mkdtemp(prefix="attnflow-test-cache-"))
+# the CLI enables JAX's persistent compilation cache: off in tests (out of the user's cache folder,
+# and XLA's CPU serialisation of some programs crashes the process: a worker segfaulted writing one
+# while a Dask client's threads ran); the tests of the cache turn it on in a folder of their own
+os.environ["ATTNFLOW_CACHE_DIR"] = "off"
 
 
 def pytest_addoption(parser):

@@ -98,6 +98,21 @@ def test_a_sweep_shares_the_user_s_private_cache_not_a_folder_in_the_sweep(tmp_p
     assert environ["JAX_COMPILATION_CACHE_DIR"] == str(mine) and mode(mine) == 0o700
 
 
+def test_off_turns_the_cache_off_everywhere(tmp_path, monkeypatch):
+    import jax
+
+    from attnflow.io.cache_folder import check_cache_folder
+    from attnflow.numerics.program_cache import enable_persistent_cache
+
+    monkeypatch.setenv("ATTNFLOW_CACHE_DIR", " OFF ")
+    before = jax.config.jax_compilation_cache_dir
+    assert enable_persistent_cache() is None and jax.config.jax_compilation_cache_dir == before
+    assert check_cache_folder() is None and compilation_cache_environ() == {}
+    assert not Path("OFF").exists() and not Path("off").exists()  # not a folder named off
+    # a folder given by name is still a folder: the tests of the cache turn it on there
+    assert "JAX_COMPILATION_CACHE_DIR" in compilation_cache_environ(private_base(tmp_path) / "c")
+
+
 def test_a_link_is_refused(tmp_path):
     base = private_base(tmp_path)
     (base / "real").mkdir(mode=0o700)

@@ -9,10 +9,16 @@ import os
 import stat
 from pathlib import Path
 
-__all__ = ["CACHE_ENV", "CacheFolderError", "cache_folder", "check_private_folder"]
+__all__ = ["CACHE_ENV", "CacheFolderError", "cache_folder", "cache_turned_off", "check_private_folder"]
 
 CACHE_ENV = "ATTNFLOW_CACHE_DIR"
 HINT = "Set ATTNFLOW_CACHE_DIR to a folder under your home (it is created with mode 0o700)."
+
+
+def cache_turned_off() -> bool:
+    """``ATTNFLOW_CACHE_DIR=off``: no compiled program is written to or read from disk (every
+    process compiles its own; the test suite runs this way)."""
+    return os.environ.get(CACHE_ENV, "").strip().lower() == "off"
 
 
 def cache_folder() -> Path:

@@ -15,7 +15,8 @@ a dataclass (a plain function) is its own structure: its program is reused only 
 function object.
 
 ``enable_persistent_cache()`` (the CLI commands call it) keeps compiled programs between processes
-too: JAX's persistent cache, in a private user cache folder (``ATTNFLOW_CACHE_DIR`` overrides it).
+too: JAX's persistent cache, in a private user cache folder (``ATTNFLOW_CACHE_DIR`` overrides it;
+``ATTNFLOW_CACHE_DIR=off`` turns it off).
 A compiled program read from disk runs as code, so the folder must be one no other user can write
 or swap (:func:`attnflow.numerics.private_folder.check_private_folder`), or the cache is refused.
 (An earlier store of this module's own programs, unpickled from that folder, was removed: it
@@ -32,7 +33,7 @@ from typing import Any
 import jax
 
 from attnflow.core.pytree import ByIdentity
-from attnflow.numerics.private_folder import cache_folder, check_private_folder
+from attnflow.numerics.private_folder import cache_folder, cache_turned_off, check_private_folder
 
 _COUNTS = {"misses": 0}
 
@@ -109,11 +110,14 @@ def compile_clock() -> Iterator[_Clock]:
 persistent_cache_folder = cache_folder  # the one default location (numerics.private_folder)
 
 
-def enable_persistent_cache(folder: Path | None = None) -> Path:
+def enable_persistent_cache(folder: Path | None = None) -> Path | None:
     """Turn on JAX's persistent compilation cache in ``folder`` (default ``persistent_cache_folder()``),
     created private (mode 0o700): a later process of the same shapes loads its programs instead of
     compiling them. JAX writes each entry atomically, so processes may share the folder. Returns
-    the folder."""
+    the folder; None, and nothing turned on, where the default is asked for and
+    ``ATTNFLOW_CACHE_DIR=off``."""
+    if folder is None and cache_turned_off():
+        return None
     folder = check_private_folder(persistent_cache_folder() if folder is None else Path(folder))
     jax.config.update("jax_compilation_cache_dir", str(folder))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)

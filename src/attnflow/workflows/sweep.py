@@ -124,8 +124,17 @@ def compilation_cache_environ(cache_dir: str | os.PathLike | None = None) -> dic
     private cache folder, :func:`attnflow.numerics.private_folder.cache_folder`), so that a worker
     process compiles each program once, not once per process; empty (each worker compiles its own
     programs) where another user could write or swap that folder
-    (:func:`attnflow.numerics.private_folder.check_private_folder`): a cached program runs as code."""
-    from attnflow.numerics.private_folder import CacheFolderError, cache_folder, check_private_folder
+    (:func:`attnflow.numerics.private_folder.check_private_folder`: a cached program runs as code),
+    and where the default is asked for and the cache is turned off (``ATTNFLOW_CACHE_DIR=off``)."""
+    from attnflow.numerics.private_folder import (
+        CacheFolderError,
+        cache_folder,
+        cache_turned_off,
+        check_private_folder,
+    )
+
+    if cache_dir is None and cache_turned_off():
+        return {}
 
     cache_dir = cache_folder() if cache_dir is None else Path(cache_dir)
     try:
