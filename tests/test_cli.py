@@ -403,6 +403,7 @@ def test_reproduce_passes_every_set_to_its_runs(tmp_path, monkeypatch):
         ("solver.dt", "error: --set: `solver.dt` must be given as section.key=value; got 'solver.dt'."),
         ("solver.foo=1", "error: --set: `solver.foo` must be one of the keys of [solver]; got 'foo'."),
         ('solver.interaction="nope"', "error: E0.toml: `solver.interaction` must be one of 'auto', 'exact'"),
+        ("model.layer_norm=peri", "error: --set: `model.layer_norm` must be 'post' in reproduce"),
     ],
 )
 def test_reproduce_refuses_a_bad_set_in_one_line_before_writing(tmp_path, override, message):

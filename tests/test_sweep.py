@@ -115,6 +115,15 @@ def test_grid_of_lists_gives_one_point_per_list(base_file):
     assert [p.values["gauge.frequencies"] for p in plan.points] == [[1.0], [0.5, 0.25]]
 
 
+def test_a_grid_through_a_value_left_out_of_the_resolved_config_at_its_default(base_file):
+    # `model.layer_norm = "post"` is the default and is not written in the resolved config (its hash
+    # stays the paper model's): the grid's point still names it (it raised KeyError)
+    plan = plan_sweep(load_config(base_file), [parse_grid("model.layer_norm=post,pre")])
+    assert [p.values["model.layer_norm"] for p in plan.points] == ["post", "pre"]
+    assert [p.config.model.layer_norm for p in plan.points] == ["post", "pre"]
+    assert plan.points[0].hash == config_hash(load_config(base_file))
+
+
 BAD_GRIDS = [
     # (grid options, what the one-line message must contain)
     (["model.bta=1,2"], ["--grid:", "`model.bta`", "one of the keys of [model]", "did you mean 'beta'"]),

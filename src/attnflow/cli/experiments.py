@@ -107,7 +107,8 @@ def reproduce(
     with user_errors():
         enable_persistent_cache()  # a cache folder another user could write: one line, exit 2
         ids, token_counts = parse_only(only), parse_sizes(sizes)
-        apply_overrides({}, set_)  # malformed --set values, before any experiment is read
+        overrides = apply_overrides({}, set_)  # malformed --set values, before any experiment is read
+        _refuse_other_layer_norms(overrides)
         check_out_folder(out)
         settings = make_settings(quick=quick, sizes=token_counts, n_seeds=seeds, overrides=set_)
         interrupts.on_stop(continues=f"`{resume_command(out, settings, ids)}` continues")
@@ -200,3 +201,19 @@ def realize(
     rows.update(status=result["run"]["status"], wall_time_s=result["run"]["wall_time_s"], folder=str(out))
     print_summary(f"attnflow realize --kind {kind} {target.name}", rows)
     exit_unless_ok(result["run"]["status"], out)
+
+
+def _refuse_other_layer_norms(overrides: dict) -> None:
+    """The experiments' expectations are the paper's post-LN model's: another layer norm is refused
+    before any experiment starts (not once per experiment as a failed row)."""
+    from attnflow.io.config_errors import ConfigError
+
+    layer_norm = overrides.get("model", {}).get("layer_norm", "post")
+    if layer_norm != "post":
+        raise ConfigError.from_parts(
+            "model.layer_norm",
+            "'post' in reproduce (its expectations are the paper's post-LN model's; `attnflow run` and "
+            "`attnflow sweep` run the other layer norms)",
+            layer_norm,
+            where="--set",
+        )

@@ -28,6 +28,7 @@ SUMMARY_KEYS = (
     "energy", "energy_gap", "mean_cosine", "gauge_mean_cosine", "shape", "gauge_shape", "n_clusters", "n_eff",
     "orbit_residual", "planarity", "collapse_time", "gauge_collapse_time", "energy_monotone",
 )  # fmt: skip
+RADIUS_KEYS = ("radius_mean", "radius_max")  # pre- and peri-LN runs, whose tokens carry a radius
 
 
 def _refuse_an_earlier_run_of_this_config(out: Path, *, resume: bool, overwrite: bool) -> None:
@@ -89,6 +90,7 @@ def run(
         raise typer.Exit(code=EXIT_UNFINISHED) from None
     info = result.metrics["run"]
     rows = {k: result.metrics.get(k) for k in SUMMARY_KEYS}
+    rows.update({k: result.metrics[k] for k in RADIUS_KEYS if result.metrics.get(k) is not None})
     rows.update(status=info["status"], steps=info["steps"], wall_time_s=info["wall_time_s"], folder=str(out))
     rows.update(interaction=info.get("interaction"), rank=info.get("rank"))  # the path that ran
     print_summary(f"attnflow run {config.name}", rows)

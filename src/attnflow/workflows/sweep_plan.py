@@ -217,6 +217,15 @@ def plan_sweep(base: Config, axes: Sequence[GridAxis], *, max_points: int | None
             )
         hashes[digest] = assignment
         resolved = resolved_dict(config)
-        values = {key: resolved[key.split(".")[0]][key.split(".")[1]] for key in assignment}
+        values = {key: _resolved_value(config, resolved, key) for key in assignment}
         points.append(SweepPoint(hash=digest, values=values, config=config))
     return SweepPlan(base=base, axes=axes, points=tuple(points))
+
+
+def _resolved_value(config, resolved: dict, key: str):
+    """The value of ``key`` as the resolved config writes it; a key left out of it at its default
+    (``model.layer_norm = "post"``, ``gauge.scaling``) read from the config itself."""
+    section, name = key.split(".")
+    if name in resolved.get(section, {}):
+        return resolved[section][name]
+    return getattr(getattr(config, section), name)
