@@ -1,7 +1,10 @@
 """Step-size policies: how long each step of a run is (diffrax's step-size controllers).
 
 A policy advances one run from one snapshot time to the next (``advance``), carrying its own state
-between snapshots (``init(method, x0)``):
+between snapshots (``init(method, x0)``). The run's state ``x`` is an ``(n, d)`` array of particles
+or any pytree of arrays (a density): the policies only add, compare and test it leaf by leaf, and
+the method's retraction is the only geometry (``attnflow.numerics.integrators``). Times and steps
+are in the real dtype of the state (float64 for complex coefficients).
 
 - ``ConstantSteps(dt)``: ``save_every / dt`` steps of ``dt`` (a ``lax.scan``), with the noise and
   stochastic fields that need a fixed grid. The state carried is nothing.
@@ -14,6 +17,10 @@ between snapshots (``init(method, x0)``):
   carried is the integration state (its time, point, slope, last accepted step and its slopes, the
   previous error); at most ``max_steps`` trial steps per snapshot.
 
+Three objects, as diffrax's: the method steps (and estimates its error), the controller
+(``PIController``) only adapts the step, the loop (``attnflow.numerics.solve.advance``) only goes
+from snapshot to snapshot.
+
 ``advance`` (given ``active``, False for a run that has stopped) returns
 ``(x, key, state, stats, code)``: ``x`` the snapshot, ``stats`` the int32 counts
 ``(accepted, rejected, field evaluations)`` of this chunk, ``code`` the ``Status`` code (ok; a
@@ -24,6 +31,7 @@ finite).
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -37,6 +45,18 @@ from attnflow.numerics.status import Status
 _OK, _NONFINITE, _MAX_STEPS = Status.ok.code, Status.nonfinite.code, Status.max_steps.code
 
 
+def time_dtype(x):
+    """The dtype of times and steps for the state ``x`` (an array or a pytree): the real dtype of
+    its leaves (``x.dtype`` for a real array)."""
+    return jnp.result_type(*(jnp.finfo(leaf.dtype).dtype for leaf in jax.tree.leaves(x)))
+
+
+def all_finite(x) -> jax.Array:
+    """Whether every entry of every leaf of the state ``x`` is finite (a boolean scalar)."""
+    finite = [jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree.leaves(x)]
+    return functools.reduce(jnp.logical_and, finite)
+
+
 def is_stochastic(field) -> bool:
     """A stochastic field is called ``field(x, key)`` (a fresh key each step: ``random_batch``)."""
     return bool(getattr(field, "stochastic", False))
@@ -46,11 +66,12 @@ def make_step(method, field, noise: float):
     """``step(x, key, h) -> (x, key)``: one step of ``method``, with the field's key (a stochastic
     field draws from a fresh key each step, shared by its stages) and the noise increment
     ``sqrt(2·noise·h) P_x dW`` followed by renormalisation. ``h`` may be a traced float64 scalar
-    (a program argument): the stages take it in the state's dtype, as they would a Python float."""
+    (a program argument): the stages take it in the state's real dtype (``time_dtype``), as they
+    would a Python float. The noise is the particles' (an ``(n, d)`` state)."""
     stochastic = is_stochastic(field)
 
     def step(x, key, dt):
-        h = jnp.asarray(dt, x.dtype)
+        h = jnp.asarray(dt, time_dtype(x))
         if stochastic:
             key, sub_field, sub_noise = jax.random.split(key, 3)
             x = method.step(lambda y: field(y, sub_field), x, h)
@@ -103,7 +124,7 @@ class ConstantSteps:
 
         x, key = jax.lax.fori_loop(0, count, lambda _, carry: step(*carry, self.dt), (x, key))
         stats = jnp.stack([count, 0, count * len(method.tableau.b)]).astype(jnp.int32)
-        code = jnp.where(jnp.all(jnp.isfinite(x)), _OK, _NONFINITE).astype(jnp.int32)
+        code = jnp.where(all_finite(x), _OK, _NONFINITE).astype(jnp.int32)
         return x, key, state, stats, code
 
 
@@ -199,12 +220,17 @@ class AdaptiveSteps:
 
     def init(self, method, x):
         """The state at t = 0: no step taken yet (the first slope is evaluated by the first
-        ``advance``). Its constants are NumPy arrays: made on the host, they compile nothing."""
-        zero = np.zeros((), x.dtype)
-        slopes = np.zeros((len(method.tableau.b), *x.shape), x.dtype)
+        ``advance``). Its constants are NumPy arrays: made on the host, they compile nothing. The
+        slope ``k`` and the step's ``slopes`` have the state's structure (``slopes``: every leaf
+        stacked over the method's stages)."""
+        real = time_dtype(x)
+        zero = np.zeros((), real)
+        stages = len(method.tableau.b)
+        k = jax.tree.map(lambda leaf: np.zeros(leaf.shape, leaf.dtype), x)
+        slopes = jax.tree.map(lambda leaf: np.zeros((stages, *leaf.shape), leaf.dtype), x)
         return dict(
-            h=np.asarray(self.dt0, x.dtype), t=zero, x=x, k=np.zeros(x.shape, x.dtype), x_last=x, t_last=zero,
-            h_last=np.asarray(self.dt0, x.dtype), slopes=slopes, error_prev=np.ones((), x.dtype),
+            h=np.asarray(self.dt0, real), t=zero, x=x, k=k, x_last=x, t_last=zero,
+            h_last=np.asarray(self.dt0, real), slopes=slopes, error_prev=np.ones((), real),
             started=np.zeros((), bool), taken=np.zeros((), np.int32),
         )  # fmt: skip
 
@@ -227,15 +253,16 @@ class AdaptiveSteps:
                 field, s["x"], s["k"], s["h"], rtol=self.rtol, atol=self.atol, first_stage=first
             )
             accept, h_next, error_prev = self.controller.adapt(s["h"], err, s["error_prev"], method.order)
+            last = jax.tree.map(lambda stacked: stacked[-1], slopes)
             moved = dict(
-                h=h_next, t=s["t"] + s["h"], x=x_new, k=slopes[-1], x_last=s["x"], t_last=s["t"],
+                h=h_next, t=s["t"] + s["h"], x=x_new, k=last, x_last=s["x"], t_last=s["t"],
                 h_last=s["h"], slopes=slopes, error_prev=error_prev, started=s["started"], taken=s["taken"],
             )  # fmt: skip
             s = jax.tree.map(lambda new, old: jnp.where(accept, new, old), moved, s)
             s = {
                 **s,
                 "h": h_next,
-                "k": jnp.where(accept, slopes[-1], slopes[0]),
+                "k": jax.tree.map(lambda stacked: jnp.where(accept, stacked[-1], stacked[0]), slopes),
                 "started": jnp.asarray(True),
             }
             counts = counts + jnp.stack([accept, ~accept, stages - first]).astype(jnp.int32)
