@@ -35,8 +35,9 @@ from attnflow.core import factors, gauges  # noqa: E402
 from attnflow.core.kernel import Kernel, make_profile  # noqa: E402
 from attnflow.numerics import density_circle as dc  # noqa: E402
 from attnflow.numerics import density_sphere as ds  # noqa: E402
-from attnflow.numerics.density_methods import DensityRK4, integrate  # noqa: E402
+from attnflow.numerics.density_solve import integrate  # noqa: E402
 from attnflow.numerics.dynamics import make_vector_field  # noqa: E402
+from attnflow.numerics.integrators import RK4  # noqa: E402
 
 GRID, LABELS, BETA, T_END, SAVE_EVERY, REPEATS = 1024, 64, 1.0, 20.0, 0.5, 2
 
@@ -70,8 +71,8 @@ def density_run(time_scale: str, *, grid: int, count: int, t_end: float) -> dict
     run = jax.jit(
         lambda field, state: integrate(
             field,
-            DensityRK4(),
             state,
+            integrator=RK4(retraction="none"),
             dt=dt,
             steps_per_snapshot=per_snapshot,
             snapshots=snapshots,
@@ -125,7 +126,9 @@ def particle_constant(*, n: int = 1024, seeds: int = 4, t_end: float = 0.5, dt: 
     f0 = initial_law(256, count)
     steps = round(t_end / 1e-3)
     _, states, _ = jax.jit(
-        lambda s: integrate(field, DensityRK4(), s, dt=1e-3, steps_per_snapshot=steps, snapshots=1)
+        lambda s: integrate(
+            field, s, integrator=RK4(retraction="none"), dt=1e-3, steps_per_snapshot=steps, snapshots=1
+        )
     )(dc.CircleDensity(jnp.asarray(f0)))
     f_end = np.asarray(states.f[-1])
     per_label = n // count
@@ -182,8 +185,8 @@ def sphere_run(*, lmax: int, count: int, t_end: float, timing_steps: int = 40) -
     run = jax.jit(
         lambda field, state: integrate(
             field,
-            DensityRK4(),
             state,
+            integrator=RK4(retraction="none"),
             dt=dt,
             steps_per_snapshot=steps,
             snapshots=1,

@@ -1,7 +1,8 @@
-"""The density solver on S^1 × labels (numerics.density_circle, numerics.density_methods): its field
-against the particles' field at quadrature nodes (exact), growth rates about the uniform law against
-closed forms, mass, energy, Bruno–Pasqualotto–Agazzi's three clusters, measured orders in time and
-space, the resolution status, and the validation messages."""
+"""The density solver on S^1 × labels (numerics.density_circle, stepped by the particles' methods
+through numerics.density_solve): its field against the particles' field at quadrature nodes (exact),
+growth rates about the uniform law against closed forms, mass, energy, Bruno–Pasqualotto–Agazzi's
+three clusters, measured orders in time and space, the shared loop's step against RK4 written out,
+the resolution status, and the validation messages."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ import scipy.special
 from attnflow.core import factors, gauges
 from attnflow.core.kernel import Kernel, make_profile
 from attnflow.numerics import density_circle as dc
-from attnflow.numerics.density_methods import DensityDopri5, DensityRK4, integrate
+from attnflow.numerics import integrators
+from attnflow.numerics.density_solve import integrate
 from attnflow.numerics.dynamics import make_vector_field
+from attnflow.numerics.integrators import RK4_TABLEAU, Tableau
 
 
 def _smooth_density(grid: int, count: int, seed: int = 0, *, modes: int = 3, amplitude: float = 0.15):
@@ -31,7 +34,8 @@ def _smooth_density(grid: int, count: int, seed: int = 0, *, modes: int = 3, amp
     return jnp.asarray((1.0 + amplitude * g) / (2.0 * np.pi))
 
 
-RK4 = DensityRK4()
+RK4 = integrators.RK4(retraction="none")  # the particles' methods, with the identity retraction
+DOPRI5 = integrators.Adaptive(retraction="none")
 
 
 @functools.partial(jax.jit, static_argnames=("dt", "steps", "snapshots", "method", "check"))
@@ -40,8 +44,8 @@ def _integrate(field, f0, *, dt, steps, snapshots=1, method=RK4, check=False):
     status = (lambda x: dc.status_code(field, x)) if check else None
     return integrate(
         field,
-        method,
         dc.CircleDensity(f0),
+        integrator=method,
         dt=dt,
         steps_per_snapshot=steps,
         snapshots=snapshots,
@@ -52,7 +56,7 @@ def _integrate(field, f0, *, dt, steps, snapshots=1, method=RK4, check=False):
 @functools.partial(jax.jit, static_argnames=("method",))
 def _final(field, f0, dt, steps, method=RK4):
     """``steps`` steps of ``dt`` (both traced: one compiled program per method and shape)."""
-    body = lambda _, s: method.step(field, s, dt)[0]  # noqa: E731
+    body = lambda _, s: method.step(field, s, dt)  # noqa: E731
     return jax.lax.fori_loop(0, steps, body, dc.CircleDensity(f0)).f
 
 
@@ -316,7 +320,7 @@ def _labelled_field(grid, beta=2.0, count=3):
     )
 
 
-@pytest.mark.parametrize("method", [DensityRK4(), DensityDopri5()])
+@pytest.mark.parametrize("method", [RK4, DOPRI5], ids=["rk4", "dopri5"])
 def test_order_in_time(method):
     grid, t_end = 64, 0.8
     field = _labelled_field(grid)
@@ -332,36 +336,93 @@ def test_order_in_time(method):
     assert method.order - margin[0] <= slope <= method.order + margin[1]
 
 
-def test_dopri5_error_estimate_scales_like_dt5_and_rk4_reports_none():
+def _estimated_orders(method, field, state):
+    """``log2`` of successive ratios of the embedded error estimate at halved steps."""
+    step = jax.jit(lambda s, dt: method.step_with_error(field, s, dt, rtol=0.0, atol=1e-10)[1])
+    errors = [float(step(state, dt)) for dt in (0.08, 0.04, 0.02)]
+    return np.log2(np.array(errors[:-1]) / errors[1:])
+
+
+def test_dopri5_error_estimate_scales_like_dt5():
     grid = 48
     field = _labelled_field(grid)
     state = dc.CircleDensity(_smooth_density(grid, 3, seed=2, amplitude=0.4))
-    step = jax.jit(lambda s, dt: DensityDopri5(rtol=0.0, atol=1e-10).step(field, s, dt)[1])
-    errors = [float(step(state, dt)) for dt in (0.08, 0.04, 0.02)]
-    orders = np.log2(np.array(errors[:-1]) / errors[1:])
+    orders = _estimated_orders(DOPRI5, field, state)
     assert np.all(np.abs(orders - 5.0) <= 0.4)  # the embedded pair's local error: O(dt^5)
-    assert float(RK4.step(field, state, 0.01)[1]) == 0.0  # a fixed-step method: error 0, same return type
+
+    # a mutant: one coefficient of the embedded weights moved (still consistent, sum 1): the
+    # estimate is then the difference of a 5th- and a 1st-order step, O(dt^2)
+    b_error = list(integrators.DOPRI5_TABLEAU.b_error)
+    b_error[0], b_error[2] = b_error[0] + 0.01, b_error[2] - 0.01
+
+    class WrongEstimate(integrators.Adaptive):
+        tableau = Tableau(
+            a=integrators.DOPRI5_TABLEAU.a,
+            b=integrators.DOPRI5_TABLEAU.b,
+            c=integrators.DOPRI5_TABLEAU.c,
+            b_error=tuple(b_error),
+        )
+
+    mutant = _estimated_orders(WrongEstimate(retraction="none"), field, state)
+    assert np.all(np.abs(mutant - 5.0) > 2.0), mutant
+
+
+def _rk4_written_out(field, f, dt):
+    """One classical RK4 step of ``∂_t f = F(f)`` on the grid values, written out."""
+    F = lambda g: field(dc.CircleDensity(g)).f  # noqa: E731
+    k1 = F(f)
+    k2 = F(f + 0.5 * dt * k1)
+    k3 = F(f + 0.5 * dt * k2)
+    k4 = F(f + dt * k3)
+    return f + dt / 6.0 * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
+
+
+def test_the_loop_steps_with_the_particles_rk4():
+    """A snapshot of ``density_solve.integrate`` after 3 steps is 3 classical RK4 steps of the
+    density's right-hand side (the shared method and loop: nothing of the density's own); a method
+    with one wrong weight (a valid tableau: b = 1/4 each) is not."""
+    grid, dt = 48, 0.02
+    field = _labelled_field(grid)
+    f0 = _smooth_density(grid, 3, seed=6, amplitude=0.4)
+    written = f0
+    for _ in range(3):
+        written = _rk4_written_out(field, written, dt)
+    _, states, codes = _integrate(field, f0, dt=dt, steps=3)
+    assert np.asarray(codes).tolist() == [0, 0]
+    change = np.max(np.abs(np.asarray(written - f0)))
+    assert change > 1e-3  # the law moves
+    # the same sums in another order: round-off of the ~1e-1 state, far below a step's change
+    np.testing.assert_allclose(np.asarray(states.f[-1]), np.asarray(written), rtol=0, atol=1e-15)
+    np.testing.assert_allclose(np.asarray(states.f[0]), np.asarray(f0), rtol=0, atol=0)
+
+    class WrongWeights(integrators.RK4):
+        tableau = Tableau(a=RK4_TABLEAU.a, b=(0.25, 0.25, 0.25, 0.25), c=RK4_TABLEAU.c)
+
+    _, wrong, _ = _integrate(field, f0, dt=dt, steps=3, method=WrongWeights(retraction="none"))
+    # its weights are still of order 2 (measured 4e-8 off in 3 steps): far outside the round-off above
+    assert np.max(np.abs(np.asarray(wrong.f[-1]) - np.asarray(written))) > 1e-10
+
+
+def test_the_loop_takes_only_the_identity_retraction():
+    field = _labelled_field(48)
+    state = dc.CircleDensity(_smooth_density(48, 3))
+    with pytest.raises(ValueError, match=r"^density: `integrator` must have retraction='none'.*got 'sphere'"):
+        integrate(field, state, integrator=integrators.RK4(), dt=0.01, steps_per_snapshot=1, snapshots=1)
 
 
 def test_a_fake_rk4_fails_the_order_test():
-    from attnflow.numerics.integrators import RK4_TABLEAU, Tableau
-
-    class FakeRK4(DensityRK4):
+    class FakeRK4(integrators.RK4):
         tableau = Tableau(a=RK4_TABLEAU.a, b=(1.0, 0.0, 0.0, 0.0), c=RK4_TABLEAU.c)
 
     grid, t_end = 48, 0.8
     field = _labelled_field(grid)
     f0 = _smooth_density(grid, 3, seed=2, amplitude=0.4)
-    errors = []
     reference = np.asarray(_run(field, f0, dt=0.0125, steps=64))
-    for dt in (0.1, 0.05):
-        errors.append(
-            np.max(
-                np.abs(
-                    np.asarray(_run(field, f0, dt=dt, steps=round(t_end / dt), method=FakeRK4())) - reference
-                )
-            )
-        )
+    fake = FakeRK4(retraction="none")
+    errors = [
+        np.max(np.abs(np.asarray(_run(field, f0, dt=dt, steps=round(t_end / dt), method=fake)) - reference))
+        for dt in (0.1, 0.05)
+    ]
     assert np.log2(errors[0] / errors[1]) < 1.5  # Euler's weights: order 1, far from 4
 
 

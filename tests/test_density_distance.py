@@ -16,8 +16,9 @@ from attnflow.analysis import density_distance as dd
 from attnflow.core import factors, gauges
 from attnflow.core.kernel import Kernel, make_profile
 from attnflow.numerics import density_circle as dc
-from attnflow.numerics.density_methods import DensityRK4, integrate
+from attnflow.numerics.density_solve import integrate
 from attnflow.numerics.dynamics import make_vector_field
+from attnflow.numerics.integrators import RK4
 
 
 def _von_mises(grid, kappa, centre):
@@ -99,8 +100,8 @@ def _density_at_t_end():
     _, states, codes = jax.jit(
         lambda s: integrate(
             field,
-            DensityRK4(),
             s,
+            integrator=RK4(retraction="none"),
             dt=DT / 5,
             steps_per_snapshot=round(5 * T_END / DT),
             snapshots=1,

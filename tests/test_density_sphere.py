@@ -17,8 +17,11 @@ from attnflow.core import factors, gauges
 from attnflow.core.kernel import Kernel, make_profile
 from attnflow.numerics import density_circle as dc
 from attnflow.numerics import density_sphere as ds
-from attnflow.numerics.density_methods import DensityRK4, integrate
+from attnflow.numerics.density_solve import integrate
 from attnflow.numerics.dynamics import make_vector_field
+from attnflow.numerics.integrators import RK4
+
+RK4_DENSITY = RK4(retraction="none")  # the particles' RK4 with the identity retraction
 
 
 def _angles(field):
@@ -113,13 +116,18 @@ def test_velocity_and_energy_are_the_particles_at_the_quadrature_nodes(normaliza
         )
 
 
-@functools.partial(jax.jit, static_argnames=("steps",))
-def _final(field, a0, dt, *, steps):
-    return jax.vmap(
-        lambda a: integrate(
-            field, DensityRK4(), ds.SphereDensity(a), dt=dt, steps_per_snapshot=steps, snapshots=1
-        )[1].a[-1]
-    )(a0)
+@functools.partial(jax.jit, static_argnames=("dt", "steps"))
+def _final(field, a0, *, dt, steps):
+    """The coefficients after ``steps`` steps of ``dt`` from each ``a0[b]``, and the runs' status
+    codes (a run that leaves the reals stops at its last finite state, with code ``nonfinite``)."""
+
+    def one(a):
+        _, states, codes = integrate(
+            field, ds.SphereDensity(a), integrator=RK4_DENSITY, dt=dt, steps_per_snapshot=steps, snapshots=1
+        )
+        return states.a[-1], codes[-1]
+
+    return jax.vmap(one)(a0)
 
 
 @pytest.mark.parametrize("beta,t_end,dt", [(1.0, 2.0, 0.02), (5.0, 0.3, 1e-3)])
@@ -140,7 +148,9 @@ def test_growth_rates_about_uniform_are_l_l1_il_over_beta(beta, t_end, dt):
         ]
     )
     a0 = jax.vmap(field.analysis)(jnp.asarray(values[:, None]))
-    a1 = np.asarray(_final(field, a0, jnp.asarray(dt), steps=round(t_end / dt)))
+    a1, codes = _final(field, a0, dt=dt, steps=round(t_end / dt))
+    assert np.all(np.asarray(codes) == dc.DensityStatus.ok.code)
+    a1 = np.asarray(a1)
     a0 = np.asarray(a0)
     rates = np.array(
         [
@@ -183,8 +193,8 @@ def test_mass_and_energy_along_a_labelled_run():
     run = jax.jit(
         lambda s: integrate(
             field,
-            DensityRK4(),
             s,
+            integrator=RK4_DENSITY,
             dt=0.02,
             steps_per_snapshot=10,
             snapshots=7,
@@ -220,8 +230,8 @@ def test_status_and_safe_dt():
     dt = ds.safe_dt(field)
     sharp = initial(jnp.asarray(von_mises_fisher(4.0)))
     assert int(status(sharp.a)) == dc.DensityStatus.ok.code
-    end = _final(field, sharp.a[None], jnp.asarray(dt), steps=20)
-    assert np.all(np.isfinite(np.asarray(end)))
+    end, codes = _final(field, sharp.a[None], dt=dt, steps=20)
+    assert int(codes[0]) == dc.DensityStatus.ok.code and np.all(np.isfinite(np.asarray(end)))
     assert float(field.mass(ds.SphereDensity(end[0]))[0]) == pytest.approx(1.0, abs=1e-12)
 
 
@@ -314,7 +324,7 @@ def _sphere_slope(setting, sizes, seeds):
     @jax.jit
     def density_at_t_end(field, fine, values):
         a = field.initial(values).a
-        body = lambda _, s: DensityRK4().step(field, s, DT / 4)[0]  # noqa: E731
+        body = lambda _, s: RK4_DENSITY.step(field, s, DT / 4)  # noqa: E731
         final = jax.lax.fori_loop(0, round(4 * T_END / DT), body, ds.SphereDensity(a))
         return fine.density(ds.pad_degrees(final, FINE_LMAX)), fine.grid_points(), fine.areas()
 

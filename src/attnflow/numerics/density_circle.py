@@ -41,8 +41,8 @@ and :func:`status_code` turns it into a status (:class:`DensityStatus`): a run t
 resolved snapshot instead of returning a plausible-looking wrong law.
 
 The field is a pure map ``state → d state / dt`` on a pytree (:class:`CircleDensityField`), so the
-time loop is any explicit method on pytrees (``attnflow.numerics.density_methods``), with the
-identity retraction.
+time methods are the particles' own (``attnflow.numerics.integrators`` with ``retraction="none"``,
+the identity) and the loop theirs too (``attnflow.numerics.density_solve.integrate``).
 """
 
 from __future__ import annotations
