@@ -1,8 +1,11 @@
 """Integrators and the time loop (numerics.integrators, numerics.solve): norms, measured convergence
 orders (and a fake RK4 that must fail them), adaptive tolerance proportionality, the equiangular closed
-form of the equiangular ODE, solver statuses, noise and batching."""
+form of the equiangular ODE, solver statuses, noise and batching; a pytree state (a density's) stepped
+as its flattened array, and a one-leaf pytree bitwise as the bare array."""
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -14,8 +17,8 @@ from attnflow.core import gauges, sphere
 from attnflow.core.kernel import Kernel, make_profile
 from attnflow.numerics import dynamics, integrators
 from attnflow.numerics.integrators import DOPRI5_TABLEAU, RK4_TABLEAU, Tableau
-from attnflow.numerics.solve import SaveAt, Status, snapshot_count, solve
-from attnflow.numerics.steps import AdaptiveSteps, ConstantSteps
+from attnflow.numerics.solve import Problem, SaveAt, Status, advance, snapshot_count, solve
+from attnflow.numerics.steps import AdaptiveSteps, ConstantSteps, all_finite, time_dtype
 from helpers_core import (
     factor_distance_bias,
     factor_none,
@@ -422,3 +425,136 @@ def test_float32_solve_with_default_factor():
     assert traj.status == "ok" and traj.xs.dtype == np.float32
     # float32 renormalisation: unit norms to a few float32 ulps
     np.testing.assert_allclose(np.linalg.norm(traj.xs, axis=-1), 1.0, rtol=0, atol=1e-6)
+
+
+# --- pytree states (a density's) -------------------------------------------------------------------
+
+_SHAPES = {"u": (3, 4), "v": (5,)}  # a state of two leaves, 17 numbers
+
+
+def _flat_problem(seed=0):
+    """A nonlinear field on R^17 (``A x + 0.3 sin x``) and the same field on the pytree of two leaves
+    (flattened in, the same flat computation, split out): their values are the same numbers."""
+    rng = np.random.default_rng(seed)
+    a = jnp.asarray(rng.standard_normal((17, 17)) / 4.0)
+
+    def flat_field(x):
+        return a @ x + 0.3 * jnp.sin(x)
+
+    def split(x):
+        return {"u": x[:12].reshape(3, 4), "v": x[12:]}
+
+    def join(tree):
+        return jnp.concatenate([tree["u"].reshape(-1), tree["v"]])
+
+    def tree_field(tree):
+        return split(flat_field(join(tree)))
+
+    x0 = jnp.asarray(rng.standard_normal(17))
+    return flat_field, tree_field, x0, split, join
+
+
+@pytest.mark.parametrize("method", ["euler", "rk4", "adaptive"])
+def test_a_pytree_state_steps_as_its_flattened_array(method):
+    """The stage sums are leaf by leaf, entry by entry: a step of the pytree is the step of the flat
+    array, bitwise; the embedded error's RMS is over every entry of every leaf (the same number, up
+    to the order of the sum)."""
+    flat_field, tree_field, x0, split, join = _flat_problem()
+    integrator = integrators.make_integrator(method)
+    integrator = type(integrator)(retraction="none")
+    step_flat = jax.jit(lambda x: integrator.step(flat_field, x, 0.1))
+    step_tree = jax.jit(lambda x: integrator.step(tree_field, x, 0.1))
+    stepped = step_flat(x0)
+    assert np.abs(np.asarray(stepped - x0)).max() > 1e-2  # it moves
+    np.testing.assert_array_equal(np.asarray(join(step_tree(split(x0)))), np.asarray(stepped))
+    if method == "adaptive":
+        flat, err_flat = integrator.step_with_error(flat_field, x0, 0.1, rtol=1e-8, atol=1e-10)
+        tree, err_tree = integrator.step_with_error(tree_field, split(x0), 0.1, rtol=1e-8, atol=1e-10)
+        np.testing.assert_array_equal(np.asarray(join(tree)), np.asarray(flat))
+        assert float(err_flat) > 1.0  # a long step: the estimate is not round-off
+        # one sum of 17 squares against two sums of 12 and 5: round-off of the sum only
+        assert float(err_tree) == pytest.approx(float(err_flat), rel=1e-14)
+
+
+def test_a_complex_leaf_counts_each_entry_once_in_the_error_norm():
+    """A complex leaf ``z`` against the pytree of its real and imaginary parts under the same field:
+    the steps agree, and the error norm's mean runs over the complex entries (``|z|²`` each), so it is
+    ``sqrt 2`` times the pair's (twice as many real entries). A norm of ``z²`` (complex) would not be."""
+    rng = np.random.default_rng(4)
+    a = jnp.asarray(rng.standard_normal((6, 6)) / 3.0)
+    z0 = jnp.asarray(rng.standard_normal(6) + 1j * rng.standard_normal(6))
+    method = integrators.Adaptive(retraction="none")
+    options = dict(rtol=0.0, atol=1e-8)
+    z1, err_complex = method.step_with_error(lambda z: a @ z.real + 1j * (a @ z.imag), z0, 0.2, **options)
+    pair = {"re": z0.real, "im": z0.imag}
+    p1, err_pair = method.step_with_error(
+        lambda p: {"re": a @ p["re"], "im": a @ p["im"]}, pair, 0.2, **options
+    )
+    assert np.iscomplexobj(np.asarray(z1)) and np.asarray(err_complex).dtype == np.float64
+    # the same sums; the complex tensordot's promotion of the real weights may round differently
+    np.testing.assert_allclose(np.asarray(z1.real), np.asarray(p1["re"]), rtol=0, atol=1e-14)
+    np.testing.assert_allclose(np.asarray(z1.imag), np.asarray(p1["im"]), rtol=0, atol=1e-14)
+    assert float(err_pair) > 1.0
+    # the estimate is a difference of two numbers of size ~1 some 2e-7 apart: their round-off (the
+    # steps' 1e-14 above) is 1e-9 of it
+    assert float(err_complex) == pytest.approx(np.sqrt(2.0) * float(err_pair), rel=1e-8)
+    assert time_dtype({"z": z0, "x": jnp.zeros(2, jnp.float32)}) == np.float64  # the real dtype of the state
+    assert bool(all_finite(pair)) and not bool(all_finite({**pair, "im": pair["im"].at[0].set(jnp.inf)}))
+
+
+def _advance_adaptive(field, x0, *, t_end=2.0):
+    """``solve.advance``, the loop's pure core, with error control from ``x0`` (an array or a pytree)."""
+    method = integrators.Adaptive(retraction="none")
+    policy = AdaptiveSteps(rtol=1e-9, atol=1e-11, dt0=0.01)
+    problem = Problem(field, method, policy, SaveAt(t_end, t_end / 2))
+    carry = (x0, jax.random.key(0), policy.init(method, x0), np.zeros((), np.int32))
+    return advance(problem, carry, jnp.asarray([t_end / 2, t_end]))
+
+
+def test_the_adaptive_controller_and_loop_take_a_pytree_state():
+    """Error control, dense output and the loop on the pytree give the flat run: the same accepted
+    and rejected steps, the same snapshots (the error norms differ by round-off, not enough to
+    change a decision here)."""
+    flat_field, tree_field, x0, split, join = _flat_problem(seed=1)
+    _, (xs_flat, codes_flat, stats_flat) = _advance_adaptive(flat_field, x0)
+    _, (xs_tree, codes_tree, stats_tree) = _advance_adaptive(tree_field, split(x0))
+    assert np.asarray(codes_flat).tolist() == np.asarray(codes_tree).tolist() == [0, 0]
+    np.testing.assert_array_equal(np.asarray(stats_tree), np.asarray(stats_flat))
+    assert int(np.asarray(stats_flat)[:, 0].sum()) > 10  # controlled steps, not one
+    assert xs_tree["u"].shape == (2, 3, 4)  # snapshots stacked leaf by leaf
+    joined = jax.vmap(join)(xs_tree)
+    np.testing.assert_allclose(np.asarray(joined), np.asarray(xs_flat), rtol=0, atol=1e-13)
+    # against the exact flow of the same ODE: within the tolerance
+    exact = solve_ivp(lambda t, x: np.asarray(flat_field(jnp.asarray(x))), (0.0, 2.0), np.asarray(x0),
+                      method="DOP853", rtol=1e-13, atol=1e-13).y[:, -1]  # fmt: skip
+    assert np.abs(np.asarray(xs_flat[-1]) - exact).max() <= 1e-6 * max(1.0, np.abs(exact).max())
+
+
+@pytest.mark.parametrize("method", ["euler", "rk4", "adaptive"])
+def test_a_one_leaf_pytree_is_bitwise_the_array(method):
+    """The particles' results stay what they were: a state wrapped in a one-leaf pytree takes the
+    very operations of the bare array (the tree maps add nothing), so the steps, and for
+    Dormand–Prince the slopes, error norm and dense output, are bitwise equal (the identity
+    retraction: the sphere's renormalisation takes the bare array only)."""
+    field = _field_rope_db()
+    x0 = uniform(16, 3, seed=3)
+    integrator = type(integrators.make_integrator(method))(retraction="none")
+
+    def wrapped(tree):
+        return {"x": field(tree["x"])}
+
+    bare = jax.jit(lambda x: integrator.step(field, x, 0.1))(x0)
+    tree = jax.jit(lambda tree: integrator.step(wrapped, tree, 0.1))({"x": x0})
+    np.testing.assert_array_equal(np.asarray(tree["x"]), np.asarray(bare))
+    if method != "adaptive":
+        return
+
+    @functools.partial(jax.jit, static_argnums=2)
+    def trial(x, k1, f):
+        new, slopes, err = integrator.fsal_step(f, x, k1, 0.1, rtol=1e-6, atol=1e-8)
+        return new, slopes, err, integrator.interpolate(x, slopes, 0.1, 0.3)
+
+    bare = trial(x0, field(x0), field)
+    tree = trial({"x": x0}, {"x": field(x0)}, wrapped)
+    for a, b in zip(bare, (tree[0]["x"], tree[1]["x"], tree[2], tree[3]["x"]), strict=True):
+        np.testing.assert_array_equal(np.asarray(b), np.asarray(a))
