@@ -168,7 +168,9 @@ def _ahead(x, dt, weights, slopes):
 
 
 def _mean_square(tree) -> jax.Array:
-    """The mean of ``|z|²`` over every entry of every leaf (the leaves as one vector)."""
+    """The mean of ``|z|²`` over every entry of every leaf (the leaves as one vector). One leaf takes
+    ``jnp.mean`` itself: called outside ``jit``, a sum and a division are two programs, and XLA
+    divides by the count differently inside ``jnp.mean``'s one."""
     squares = [jnp.abs(z) ** 2 if jnp.iscomplexobj(z) else z**2 for z in jax.tree.leaves(tree)]
     if len(squares) == 1:
         return jnp.mean(squares[0])
