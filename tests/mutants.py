@@ -83,15 +83,6 @@ BLIND = {
     "spectrum) is symmetric in the tokens",
     ("Q^T for Q", "E9"): "RoPE's Q^T is the rotation by the opposite angle: the positions reversed, the "
     "same law, as for the labels",
-    ("beta x 0.5", "E7"): "the realisation reaches its consensus by tau = 40 at any of these speeds, and "
-    "reproduce records only its end state (attnflow.workflows.reproduce measures realisations)",
-    ("beta x 2", "E7"): "as beta x 0.5",
-    ("time x 0.5", "E7"): "as beta x 0.5",
-    ("time x 2", "E7"): "as beta x 0.5",
-    ("beta x 0.5", "E8"): "as in E7",
-    ("beta x 2", "E8"): "as in E7",
-    ("time x 0.5", "E8"): "as in E7",
-    ("time x 2", "E8"): "as in E7",
 }
 
 
@@ -326,7 +317,6 @@ def run(name: str, experiments, jobs, *, workers: int = 1) -> tuple[list, dict]:
     with installed(name) as record:
         results = reproduce.run_jobs(jobs, lambda units, stage=None: None, workers=workers)
     return results, dict(record)
-
 
 
 # --------------------------------------------------------------------------- the table

@@ -21,8 +21,14 @@ from attnflow.workflows.experiments import (
 )
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-FIGURES = ("final_states", "mean_cosine", "energy", "metastability", "realisation_orbit",
-           "realisation_sphere")  # fmt: skip  (no comparison.png: the report embeds each E*.png)
+FIGURES = (
+    "final_states",
+    "mean_cosine",
+    "energy",
+    "metastability",
+    "realisation_orbit",
+    "realisation_sphere",
+)  # no comparison.png: the report embeds each E*.png
 
 TINY = """
 id = "T0"
@@ -235,3 +241,22 @@ def test_fitted_rate_reads_the_first_stretch_above_the_error_floor():
     assert fitted_rate(ts[:3], deficit[:3]) is None  # never inside the window: no rate
     assert fitted_rate(ts, np.full_like(ts, 1e-2)) is None  # never decays into it
     assert RATE_WINDOW[0] < RATE_WINDOW[1]
+
+
+@pytest.mark.parametrize("speed", [1.0, 0.5, 2.0])
+def test_realisation_rate_ratio_is_the_gauge_frames_rate_over_2_c_e_beta(speed):
+    """A gauge frame closing in on a point at the linearisation's rate ``c e^β`` per displacement
+    (``1 − mean cosine`` at ``2 c e^β``) has ratio 1; at half or double speed (a wrong clock) 0.5 or 2."""
+    from attnflow.workflows.reproduce_rates import realisation_rate_ratio
+
+    rng = np.random.default_rng(0)
+    n, beta, c = 32, 1.0, 1.0
+    eps = rng.normal(size=(n, 3)) * [1.0, 1.0, 0.0]  # tangent at e_3
+    ts = np.arange(0.0, 12.0, 0.2)
+    rate = speed * c * np.exp(beta)
+    us = np.array([0.0, 0.0, 1.0]) + eps * np.exp(-rate * ts)[:, None, None]
+    us /= np.linalg.norm(us, axis=-1, keepdims=True)
+    # 1 - mean cosine is quadratic in eps (relative corrections 1e-4 in the window)
+    assert realisation_rate_ratio(ts, us, beta=beta, c=c) == pytest.approx(speed, rel=1e-3)
+    sparse = realisation_rate_ratio(ts[::25], us[::25], beta=beta, c=c)
+    assert sparse is None  # too few snapshots in the window: no rate

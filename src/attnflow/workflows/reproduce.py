@@ -21,7 +21,9 @@ value an expectation can name (:mod:`attnflow.workflows.reproduce_measure`,
   compilation cache of this one when it has one.
 - Realisation experiments (``kind = "realize_orbit" | "realize_sphere"``) are batched too: one
   construction with the seeds' initial data stacked, one
-  :func:`~attnflow.workflows.realize.realize_batch` call (each seed bitwise as if run alone).
+  :func:`~attnflow.workflows.realize.realize_batch` call (each seed bitwise as if run alone). Their
+  values are measured from the final state, and the gauge frame's collapse rate from the snapshots
+  (:func:`~attnflow.workflows.reproduce_rates.realisation_rate_ratio`: it sees β and the clock).
 - The folder (:mod:`attnflow.io.reproduce_folder`): a new or empty one, or with ``resume`` /
   ``overwrite`` an earlier reproduce folder (never one holding other files). Each experiment is
   recorded there as soon as its jobs have finished, so that Ctrl-C (:class:`ReproduceInterrupted`)
@@ -69,6 +71,7 @@ from attnflow.workflows.reproduce_measure import (
     trajectory_states,
 )
 from attnflow.workflows.reproduce_plan import Job, plan, structure_key
+from attnflow.workflows.reproduce_rates import realisation_rate_ratio
 
 Tick = Callable[..., None]  # tick(units) as snapshots are done; tick(0, stage="measuring") then
 
@@ -208,7 +211,11 @@ def _realize(job: Job, tick: Tick) -> JobResult:
     tabulated = dataclasses.replace(construction.kernel, gauge=gauge)
     construction = dataclasses.replace(construction, kernel=tabulated)
     results = realize.realize_batch(construction, workers=1, **common)
+    q, profile = np.asarray(gauge.q, dtype=float), construction.kernel.profile
     for i, (seed, result) in enumerate(zip(job.seeds, results, strict=True)):
+        # beta and the clock: the gauge frame's collapse rate against the linearisation's (2 c e^beta)
+        us = np.einsum("nij,tnj->tni", q, np.asarray(result.trajectory.xs, dtype=float))
+        rate = realisation_rate_ratio(result.trajectory.ts, us, beta=float(profile.beta), c=float(profile.c))
         if job.experiment.kind == "realize_orbit":
             angles = np.asarray(result.relative_angles, dtype=float)
             measured = {
@@ -228,6 +235,7 @@ def _realize(job: Job, tick: Tick) -> JobResult:
             }
             shown = (targets, x)
         measured.update(
+            collapse_rate_ratio=rate,
             distance_reported=json_value(result.distance),
             bound_reported=json_value(result.bound),
             wasserstein=json_value(getattr(result, "wasserstein", None)),

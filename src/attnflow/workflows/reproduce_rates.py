@@ -18,12 +18,13 @@ import numpy as np
 from attnflow.workflows.build import Simulation
 from attnflow.workflows.experiments import Experiment
 
-__all__ = ["THEORY_METRICS", "fitted_rate", "theory_values"]
+__all__ = ["THEORY_METRICS", "fitted_rate", "realisation_rate_ratio", "theory_values"]
 
 THEORY_METRICS = {
     "collapse_rate_ratio": "the decay rate of 1 - mean cosine near the Dirac (gauge frame; the content for "
-    "logits_only values), fitted on its first stretch in [1e-9, 1e-4], over the slowest rate of the "
-    "linearisation at the final state (attnflow.analysis.theory.collapse_rates; w = 1: 2 c e^beta)",
+    "logits_only values; a realisation's gauge frame), fitted on its first stretch in [1e-9, 1e-4], over the "
+    "slowest rate of the linearisation at the final state (attnflow.analysis.theory.collapse_rates; w = 1: "
+    "2 c e^beta)",
     "collapse_rate_ceiling": "the fastest over the slowest rate of that linearisation (1 for w = 1): "
     "collapse_rate_ratio lies between 1 and it",
     "circle_rate_ratio": "the decay rate of planarity on its first stretch in [1e-6, 1e-4], over the "
@@ -77,6 +78,26 @@ def fitted_rate(ts: np.ndarray, deficit: np.ndarray, window: tuple[float, float]
     if last is not None:  # the asymptotic end of the stretch: the slowest mode has taken over
         start = max(start, stop - last)
     return float(-np.polyfit(ts[start:stop], np.log(deficit[start:stop]), 1)[0])
+
+
+def realisation_rate_ratio(ts, us, *, beta: float, c: float) -> float | None:
+    """``collapse_rate_ratio`` of a realisation (``w = 1``, exp profile, usa: its gauge frame ``us
+    (T, n, d)`` collapses to a Dirac, :func:`attnflow.analysis.theory.collapse_rates` gives the rate
+    ``2 c e^β`` at its final state): the decay rate of ``1 − mean cosine`` of ``us`` fitted on its
+    first stretch in :data:`RATE_WINDOW` (above the round-off floor of RK4's fixed steps, 1e-14), over
+    that rate; None without a stretch (a realisation that never collapses, or one saved too rarely
+    for its rate: E7 and E8 save every RK4 step, 0.2, and the window holds 10 of them at rate 2e)."""
+    from attnflow.analysis import theory
+
+    us = np.asarray(us, dtype=np.float64)
+    n = us.shape[1]
+    m = us.mean(axis=1)
+    deficit = 1.0 - (n * np.sum(m * m, axis=-1) - 1.0) / (n - 1)
+    fitted = fitted_rate(np.asarray(ts, dtype=np.float64), deficit)
+    if fitted is None or not np.all(np.isfinite(us[-1])):
+        return None
+    slowest, _ = theory.collapse_rates(us[-1], np.ones((n, n)), beta=beta, c=c)
+    return fitted / slowest
 
 
 def _identity_values(head) -> bool:
