@@ -2,7 +2,8 @@
 against the tail and the measured polynomial error, the monomial features against ⟨u,v⟩^k, the
 field and the energy against the exact path within the requested tolerance for every gauge ×
 factor × normalization × causal × value × profile (hypothesis, on and slightly off the sphere),
-the cost model and the validation errors."""
+the cost model and the validation errors; the split (wide) products against the per-monomial ones
+to 1e-13, and the lanes of a global sum covering every token once."""
 
 from __future__ import annotations
 
@@ -212,8 +213,10 @@ def test_the_bound_holds_at_stages_of_radius_1_1(beta, tolerance, normalization)
     x = x.at[1].set(-x[0]).at[2].set(x[0])  # an antipodal and an equal pair: s = -1.21 and 1.21
     options = dict(normalization=normalization, causal=False, value="gradient")
     exact, approx = jax.jit(
-        lambda x: (dynamics.make_vector_field(kernel, **options)(x),
-                   _expansion_field(kernel, tolerance=tolerance, **options)(x))  # fmt: skip
+        lambda x: (
+            dynamics.make_vector_field(kernel, **options)(x),
+            _expansion_field(kernel, tolerance=tolerance, **options)(x),
+        )  # fmt: skip
     )(x)
     scale = (float(kernel.profile.scale) if normalization == "usa" else 1.0) * pf.STAGE_RADIUS
     assert float(jnp.max(jnp.abs(approx - exact))) / scale <= tolerance + ROUND_OFF
@@ -293,3 +296,54 @@ def test_errors():
         summation.attention_sum(k, u, u, causal=True),
         atol=1e-12 * float(k.profile.scale),  # the requested tolerance, in units of the field's scale
     )
+
+
+def _per_monomial(beta, degree, q, k, y):
+    """The products before the split features: ``F(q) · (weights ⊙ F(k)ᵀ y)`` with the ``R``
+    monomial features, one ``(R, n) @ (n, w)`` product (the formula the split must reproduce)."""
+    exponents = pf.monomial_exponents(k.shape[1], degree)
+    weights = pf.feature_weights(exponents, pf.monomial_coefficients(beta, degree))
+    moments = pf.monomial_features(k, degree).T @ y
+    return pf.monomial_features(q, degree) @ (moments * jnp.asarray(weights)[:, None])
+
+
+@pytest.mark.parametrize(("d", "beta", "tolerance", "width"), [(2, 1.0, 1e-10, 3), (3, 1.0, 1e-10, 3),
+                         (3, 4.0, 1e-10, 4), (3, 9.0, 1e-10, 6), (5, 1.0, 1e-6, 5)])  # fmt: skip
+def test_split_products_equal_the_per_monomial_products(d, beta, tolerance, width):
+    """The wide products (``_Plan.moments``, ``weighted``, ``evaluate``) give the sums of the
+    ``R`` monomial features to 1e-13 of their size; the grid weighted also above the degree (a
+    wrong mask) is off by far more, so the comparison can fail."""
+    n = 700
+    degree = expansion.expansion_degree(beta, tolerance)
+    plan = expansion._Plan(beta, degree, d, jnp.float64)
+    k = _points(n, d, seed=d, off_sphere=True)
+    q = _points(n, d, seed=d + 50, off_sphere=True)
+    y = jax.random.normal(jax.random.key(d), (n, width))
+    reference = _per_monomial(beta, degree, q, k, y)
+    split = plan.evaluate(q, plan.weighted(plan.moments(k, y)))
+    scale = float(jnp.max(jnp.abs(reference)))
+    # sums of n = 700 terms of size <= 5 e^{β(SHELL−1)} max|y| (the coefficients are tame):
+    # round-off of a few hundred ulps of the result's size, in either order of summation
+    assert float(jnp.max(jnp.abs(split - reference))) <= 1e-13 * scale
+    unmasked = expansion._Plan(beta, degree, d, jnp.float64)
+    above = pf.split_exponents(d, degree).sum(axis=2) > degree
+    unmasked.weights = jnp.where(jnp.asarray(above), 1.0, plan.weights)
+    wrong = unmasked.evaluate(q, unmasked.weighted(unmasked.moments(k, y)))
+    assert float(jnp.max(jnp.abs(wrong - reference))) > 1e-6 * scale
+
+
+@pytest.mark.parametrize("n", (5, 17, 1025))
+def test_the_lanes_of_a_global_sum_cover_every_token_once(n):
+    """Fewer chunks than lanes, and a last chunk partly padding: the global sum over lanes equals
+    the plan applied to all tokens at once (one chunk, no lanes) to round-off."""
+    d, beta = 3, 4.0
+    plan = expansion._Plan(beta, expansion.expansion_degree(beta, 1e-10), d, jnp.float64)
+    u = _points(n, d, seed=n, off_sphere=False)
+    y = jax.random.normal(jax.random.key(n), (n, 2))
+    a = jnp.ones((n, 1))
+    chunk = expansion._lane_chunk(plan, n, 2)
+    assert -(-n // chunk) <= expansion.lanes.LANES * -(-n // (expansion.lanes.LANES * chunk))
+    lanes_sum = jax.jit(lambda u, y: expansion._global_sum(plan, u, u, y, a))(u, y)
+    whole = plan.evaluate(u, plan.weighted(plan.moments(u, y)))
+    # sums of n terms of size <= 5 e^{β(SHELL−1)} |y| ~ 15: round-off of the order of 1e-13
+    np.testing.assert_allclose(lanes_sum, whole, rtol=0, atol=1e-12)

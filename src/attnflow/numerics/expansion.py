@@ -8,8 +8,17 @@ The kernel ``e^{β(s−1)}`` is replaced by ``p_L(s) = Σ_α weight_α u^α v^α
     Σ_j w_ij p_L(⟨u_i, u_j⟩) y_j = Σ_t a_it F(u_i) · [weight ⊙ Σ_j a_jt F(u_j) y_jᵀ]
 
 for a factor with label terms ``w_ij = Σ_t a_it a_jt``: none (``a = 1``), Toeplitz cosine
-(``a = (cos ωξ, sin ωξ)``, two terms). The moments ``M_t = Σ_j a_jt F(u_j) y_jᵀ`` (``R × d'``) are
-accumulated over chunks of tokens, so memory is ``O(n d + chunk · R)``.
+(``a = (cos ωξ, sin ωξ)``, two terms). The moments ``M_t = Σ_j a_jt F(u_j) y_jᵀ`` are accumulated
+over chunks of tokens, so memory is ``O(n d + chunk · R)``. The features are split
+(``polynomial_features.split_features``): ``F(u) = T(u) ⊗ P(u)``, the monomials ``T`` of all
+coordinates but the first (``G`` of them) times the powers ``P`` of the first (``L + 1``), the
+monomials of degree above ``L`` weighted 0. A chunk's moments are then one product of ``G × c``
+against ``c × (L + 1) T d'`` and their evaluation one of ``(L + 1) T d' × G`` against ``G × c``:
+wide on both sides, where the ``R`` monomials (``monomial_features``) give a product of width
+``T d'`` only (3 or 4 columns, far below the machine's matmul rate). The split does
+``G (L + 1) / R`` (about 2.5 in d = 3) times the multiply-adds at several times the rate
+(``benchmarks/RESULTS.md``, "Expansion"). Without a mask or the distance bias the chunks are
+dealt into lanes that run on every CPU device (``attnflow.numerics.lanes``).
 
 Prefix sums (``_prefix_sum``) serve the causal masks (token order) and the distance bias
 ``w = e^{−m|ξ_i − ξ_j|}`` (label order; the sum splits into ``j`` before ``i`` and ``j`` after ``i``,
@@ -44,6 +53,7 @@ import numpy as np
 from attnflow.core import factors
 from attnflow.core.factors import check_softmax_factor
 from attnflow.core.kernel import Kernel
+from attnflow.numerics import lanes
 from attnflow.numerics import polynomial_features as pf
 
 NORMALIZATIONS = ("usa", "sa")
@@ -88,7 +98,8 @@ def expansion_rank(
 def expansion_cost(n: int, d: int, rank: int, *, terms: int = 1, prefix: bool = False, dv: int = 4) -> float:
     """Multiply-adds of one expansion sum: features, moments and contraction per token (``terms``
     label terms; two passes for the distance bias), plus the exact pairs inside the chunks of a
-    prefix sum."""
+    prefix sum. The ``R`` useful ones: the split products do about 2.5 times as many, at a rate
+    several times higher (module docstring)."""
     per_token = rank * (d + 2 * terms * dv)
     if prefix:
         per_token = 2 * per_token + PREFIX_CHUNK * (d + EXP_COST + dv)
@@ -159,17 +170,43 @@ def _check(kernel: Kernel, d: int, normalization: str, tolerance: float) -> int:
 
 
 class _Plan:
-    """The static pieces of one expansion: the degree and the weights ``(R,)`` of the features."""
+    """The static pieces of one expansion: the degree, the rank ``R`` and the weights ``(G, L + 1)``
+    of the split features (``polynomial_features.split_features``), and the two products of a
+    chunk of tokens, each one wide matrix product: the moments ``T Zᵀ`` (``G × c`` against
+    ``(L + 1) w × c``) and their evaluation ``M̃ T`` (``(L + 1) w × G`` against ``G × c``)."""
 
     def __init__(self, beta: float, degree: int, d: int, dtype):
-        exponents = pf.monomial_exponents(d, degree)
         coefficients = pf.monomial_coefficients(beta, degree) if degree else np.ones(1)
         self.degree = degree
-        self.weights = jnp.asarray(pf.feature_weights(exponents, coefficients), dtype)
-        self.rank = exponents.shape[0]
+        self.rank = pf.rank(d, degree)
+        self.weights = jnp.asarray(pf.split_weights(d, degree, coefficients), dtype)
 
-    def features(self, u):
-        return pf.monomial_features(u, self.degree)
+    def chunk(self, n: int, width: int) -> int:
+        """Tokens per chunk: its features and products about ``CHUNK_ENTRIES`` entries, at least 64."""
+        rows = self.weights.shape[0] + (self.degree + 1) * (1 + 2 * width)
+        return int(min(n, max(64, CHUNK_ENTRIES // rows)))
+
+    def zeros(self, width: int, dtype) -> jax.Array:
+        """No moments: ``(G, (L + 1) width)`` zeros."""
+        return jnp.zeros((self.weights.shape[0], self.weights.shape[1] * width), dtype)
+
+    def moments(self, k: jax.Array, y: jax.Array) -> jax.Array:
+        """``Σ_j T(k_j) ⊗ [P(k_j) ⊗ y_j]`` of a chunk (``k (c, d)``, ``y (c, w)``), ``(G, (L + 1) w)``."""
+        tail, powers = pf.split_features(k.T, self.degree)
+        z = (powers.T[:, :, None] * y[:, None, :]).reshape(k.shape[0], -1)
+        return tail @ z
+
+    def weighted(self, moments: jax.Array) -> jax.Array:
+        """The moments times the weights, transposed for :meth:`evaluate`: ``((L + 1) w, G)``."""
+        g, a = self.weights.shape
+        return (moments.reshape(g, a, -1) * self.weights[:, :, None]).reshape(g, -1).T
+
+    def evaluate(self, q: jax.Array, weighted: jax.Array) -> jax.Array:
+        """``Σ_j p_L(⟨q_i, k_j⟩) y_j`` for a chunk ``q (c, d)`` from ``weighted`` moments, ``(c, w)``:
+        ``Σ_a P_a(q_i) [M̃ T(q_i)]_a``."""
+        tail, powers = pf.split_features(q.T, self.degree)
+        per_power = (weighted @ tail).reshape(self.degree + 1, -1, q.shape[0])
+        return jnp.sum(powers[:, None, :] * per_power, axis=0).T
 
 
 def _label_terms(factor, n: int, dtype) -> jax.Array:
@@ -200,22 +237,49 @@ def _gather(a: jax.Array, z: jax.Array) -> jax.Array:
 
 def _global_sum(plan: _Plan, q, k, y, a) -> jax.Array:
     """``g_i = Σ_j Σ_t a_it a_jt p_L(⟨q_i,k_j⟩) y_j`` over all pairs, by the moments
-    ``M = Σ_j F(k_j)ᵀ [a_j1 y_j, …, a_jT y_j]`` accumulated over chunks (``q is k``: one set of
-    chunks)."""
-    n = k.shape[0]
-    chunk = int(min(n, max(64, CHUNK_ENTRIES // plan.rank)))
+    ``M = Σ_j F(k_j)ᵀ [a_j1 y_j, …, a_jT y_j]`` accumulated over chunks, then evaluated chunk by
+    chunk (``q is k``: one set of chunks)."""
+    n, width = k.shape[0], a.shape[1] * y.shape[1]
+    chunk = _lane_chunk(plan, n, width)
     chunks = (_chunked(k, chunk), _chunked(y, chunk), _chunked(a, chunk))
+    weighted = plan.weighted(_lane_moments(plan, *chunks))
+    queries = chunks[0] if q is k else _chunked(q, chunk)
+    return _lane_evaluate(plan, queries, chunks[2], weighted).reshape(-1, y.shape[1])[:n]
 
-    def accumulate(moments, c):
-        kc, yc, ac = c
-        return moments + plan.features(kc).T @ _spread(ac, yc), None
 
-    init = jnp.zeros((plan.rank, a.shape[1] * y.shape[1]), k.dtype)
-    moments, _ = jax.lax.scan(accumulate, init, chunks)
-    moments = moments * plan.weights[:, None]
-    queries = chunks if q is k else (_chunked(q, chunk), chunks[1], chunks[2])
-    out = jax.lax.map(lambda c: _gather(c[2], plan.features(c[0]) @ moments), queries)
-    return out.reshape(-1, y.shape[1])[:n]
+def _lane_chunk(plan: _Plan, n: int, width: int) -> int:
+    """Tokens per chunk of a global sum: at most ``plan.chunk``, and a whole number of chunks per
+    lane (``attnflow.numerics.lanes``), so that no lane evaluates padding."""
+    per_lane = -(-n // (lanes.LANES * plan.chunk(n, width)))
+    return -(-n // (lanes.LANES * per_lane))
+
+
+def _lane_moments(plan: _Plan, k_chunks, y_chunks, a_chunks) -> jax.Array:
+    """``Σ_j F(k_j)ᵀ [a_j1 y_j, …, a_jT y_j]`` over chunks ``(m, chunk, ·)``, the chunks dealt into
+    lanes: each lane accumulates its own moments (a ``lax.scan``), added in lane order; the lanes
+    run on every CPU device."""
+    width = a_chunks.shape[2] * y_chunks.shape[2]
+    dealt, real = (jnp.asarray(t) for t in lanes.deal(np.arange(k_chunks.shape[0])))
+
+    def accumulate(ops, moments, i):
+        kc, yc, ac = ops
+        return moments + plan.moments(kc[i], _spread(ac[i], yc[i]))
+
+    lane = lanes.scan_dealt(accumulate, init=lambda ops: plan.zeros(width, k_chunks.dtype))
+    return lanes.lane_sum(lane, (k_chunks, y_chunks, a_chunks), (dealt, real))
+
+
+def _lane_evaluate(plan: _Plan, q_chunks, a_chunks, weighted) -> jax.Array:
+    """``Σ_t a_it [F(q_i) · weighted]_t`` for the chunks ``(m, chunk, ·)`` of queries, dealt into
+    lanes; ``(m', chunk, d')`` in chunk order, ``m' >= m`` (padding chunks last)."""
+    dealt, _ = lanes.deal(np.arange(q_chunks.shape[0]))
+
+    def evaluate(ops, lane):
+        qc, ac, weighted = ops
+        return jax.lax.map(lambda i: _gather(ac[i], plan.evaluate(qc[i], weighted)), lane)
+
+    out = lanes.lane_map(evaluate, (q_chunks, a_chunks, weighted), jnp.asarray(dealt))
+    return jnp.swapaxes(out, 0, 1).reshape(-1, *out.shape[2:])  # lane l holds chunks l, l + LANES, ...
 
 
 def _prefix_sum(
@@ -237,20 +301,18 @@ def _prefix_sum(
     def step(carry, chunk):
         moments, zeta_ref = carry
         qc, kc, yc, ac, zc = chunk
-        key_features = plan.features(kc)
-        query_features = key_features if same else plan.features(qc)
         into = ac * jnp.exp(-slope * (zc - zeta_ref))[:, None]
-        across = _gather(into, query_features @ (moments * plan.weights[:, None]))
+        across = _gather(into, plan.evaluate(qc, plan.weighted(moments)))
         gap = jnp.maximum(zc[:, None] - zc[None, :], 0.0)
         w = jnp.where(below, (ac @ ac.T) * jnp.exp(-slope * gap), 0.0)
         inside = (w * profile.dphi_unit((kc if same else qc) @ kc.T).astype(k.dtype)) @ yc
         zeta_last = zc[-1]
         out_of = ac * jnp.exp(-slope * (zeta_last - zc))[:, None]
-        moments = jnp.exp(-slope * (zeta_last - zeta_ref)) * moments + key_features.T @ _spread(out_of, yc)
+        moments = jnp.exp(-slope * (zeta_last - zeta_ref)) * moments + plan.moments(kc, _spread(out_of, yc))
         return (moments, zeta_last), across + inside
 
     if carry is None:
-        carry = (jnp.zeros((plan.rank, a.shape[1] * y.shape[1]), k.dtype), zeta[0])
+        carry = (plan.zeros(a.shape[1] * y.shape[1], k.dtype), zeta[0])
     _, out = jax.lax.scan(step, carry, chunks)
     return out.reshape(-1, y.shape[1])[:n]
 

@@ -13,7 +13,11 @@ expansion ``⟨u, v⟩^k = Σ_{|α|=k} (k choose α) u^α v^α``,
 
     p_L(⟨u, v⟩) = Σ_{|α|<=L} weight_α u^α v^α,     weight_α = c_{|α|} (|α| choose α),
 
-a product of features of rank ``R = C(L + d, d)`` (``monomial_exponents``).
+a product of features of rank ``R = C(L + d, d)`` (``monomial_exponents``). The engine uses them
+split (``split_features``): ``u^α = T_β(u) u_1^a`` with ``α = (a, β)``, ``T`` the ``G = C(L + d − 1,
+d − 1)`` monomials of the other coordinates and ``a = 0 … L``, so that a sum over tokens of
+features times values is one wide matrix product; the ``G (L + 1) − R`` pairs with ``a + |β| > L``
+get weight 0 (``split_weights``).
 
 Why monomials of the raw logit and not spherical harmonics (rank ``(L+1)²`` in d = 3, ``2L+1`` in
 d = 2): the step-then-renormalise integrators evaluate the field at stage points off the sphere
@@ -110,16 +114,65 @@ def rank(d: int, degree: int) -> int:
 
 def monomial_features(u: jnp.ndarray, degree: int) -> jnp.ndarray:
     """``F[i, r] = Π_m u[i, m]^{α_r,m}`` for the exponents ``α = monomial_exponents(d, degree)``,
-    shape ``(n, R)``, degree by degree: the block of degree ``k`` is ``[u_m · B_m]_m``, where ``B_m``,
-    the degree ``k − 1`` monomials in the variables ``>= m``, is a suffix of the previous block."""
-    n, d = u.shape
-    block = jnp.ones((n, 1), u.dtype)
-    blocks = [block]
-    for k in range(1, degree + 1):
-        size = block.shape[1]
-        parts = [
-            u[:, m : m + 1] * block[:, size - math.comb(k - 1 + d - 1 - m, d - 1 - m) :] for m in range(d)
-        ]
-        block = jnp.concatenate(parts, axis=1)
-        blocks.append(block)
-    return jnp.concatenate(blocks, axis=1)
+    shape ``(n, R)``: :func:`graded_monomials` of ``uᵀ``, transposed."""
+    return graded_monomials(u.T, degree).T
+
+
+def graded_monomials(rows: jnp.ndarray, degree: int) -> jnp.ndarray:
+    """The monomials of ``rows (m, c)`` (``m`` variables, ``c`` points), one row per exponent of
+    ``monomial_exponents(m, degree)``: shape ``(C(degree + m, m), c)``. Each is a product of at
+    most ``min(degree, m)`` powers ``x_j^k`` (one per variable it contains), gathered from the table
+    of all powers: rows, not columns, so each product is a contiguous vector over the points."""
+    m, c = rows.shape
+    exponents = monomial_exponents(m, degree) if m else np.zeros((1, 0), dtype=int)
+    factors = max(1, min(degree, m))
+    # index of x_j^k in the table [1, x_1, …, x_1^L, x_2, …, x_m^L]: 1 + j L + (k − 1); 0 for 1
+    index = np.zeros((exponents.shape[0], factors), dtype=np.int32)
+    for row, alpha in enumerate(exponents):
+        (present,) = np.nonzero(alpha)
+        index[row, : present.size] = 1 + present * degree + alpha[present] - 1
+    powers = [jnp.ones((1, c), rows.dtype)]
+    if degree:
+        power = rows
+        for _ in range(degree):
+            powers.append(power)
+            power = power * rows
+        powers = [powers[0], jnp.stack(powers[1:], axis=1).reshape(m * degree, c)]
+    table = jnp.concatenate(powers, axis=0)
+    return jnp.prod(table[jnp.asarray(index)], axis=1)
+
+
+def split_exponents(d: int, degree: int) -> np.ndarray:
+    """The exponents ``(a, β)`` of the split features, shape ``(G, L + 1, d)``: ``a = 0 … L`` the power
+    of the first variable, ``β`` (row ``g``) the ``G = C(L + d − 1, d − 1)`` exponents of
+    ``monomial_exponents(d − 1, L)`` for the others. Every ``α`` with ``|α| <= L`` is one of them
+    (``a + |β| <= L``); the others (``a + |β| > L``) get weight 0 (``split_weights``)."""
+    rest = monomial_exponents(d - 1, degree) if d > 1 else np.zeros((1, 0), dtype=int)
+    powers = np.arange(degree + 1)
+    grid = np.empty((rest.shape[0], degree + 1, d), dtype=int)
+    grid[:, :, 0] = powers[None, :]
+    grid[:, :, 1:] = rest[:, None, :]
+    return grid
+
+
+def split_weights(d: int, degree: int, coefficients: np.ndarray) -> np.ndarray:
+    """``weight_α`` (``feature_weights``) on the grid of ``split_exponents``, ``(G, L + 1)``, and 0
+    where ``|α| > L``: ``p_L(⟨u, v⟩) = Σ_{g,a} W_ga T_g(u) u_1^a T_g(v) v_1^a`` (``split_features``)."""
+    grid = split_exponents(d, degree)
+    flat = grid.reshape(-1, d)
+    inside = flat.sum(axis=1) <= degree
+    weights = np.zeros(flat.shape[0])
+    weights[inside] = feature_weights(flat[inside], coefficients)
+    return weights.reshape(grid.shape[:2])
+
+
+def split_features(rows: jnp.ndarray, degree: int) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """The two factors of the split features of points ``rows (d, c)``: ``T (G, c)``, the monomials
+    of the last ``d − 1`` variables (:func:`graded_monomials`), and ``P (L + 1, c)``, the powers of the
+    first one. The monomial ``(a, β)`` of ``split_exponents`` is ``T_β P_a``: a moment
+    ``Σ_j T(u_j) ⊗ P(u_j) ⊗ y_j`` is one product ``T Zᵀ`` with ``Z = P ⊗ y`` (``(L + 1) d'`` rows),
+    wide on both sides, instead of the ``R × d'`` product of ``monomial_features``."""
+    powers = [jnp.ones_like(rows[0])]
+    for _ in range(degree):
+        powers.append(powers[-1] * rows[0])
+    return graded_monomials(rows[1:], degree), jnp.stack(powers)

@@ -3,7 +3,7 @@
 
 :func:`expansion_sum` is ``expansion._kernel_sum`` for one device's rows: without a mask and
 without the distance bias, the moments ``M = Σ_j F(k_j)ᵀ [a_j y_j]`` of each device's tokens
-(accumulated over chunks of ``chunk · R ≈ CHUNK_ENTRIES``, as on one device) are added over the
+(accumulated over chunks of ``plan.chunk`` tokens, as on one device) are added over the
 devices (``psum``), then each device evaluates its rows against them. The causal and distance-bias
 prefix sums (:func:`sharded_prefix`) cut the processing order (token order, or label order before
 and after each token) into one contiguous piece per device, of whole ``PREFIX_CHUNK`` chunks, so
@@ -61,20 +61,15 @@ def prefix_sum_from(plan, profile, q, k, y, a, zeta, slope, carry, *, strict: bo
     )
 
 
-def _chunk(plan, rows: int) -> int:
-    """Tokens per chunk of the moments: ``chunk · R`` about ``expansion.CHUNK_ENTRIES`` (as one device)."""
-    return int(min(rows, max(64, expansion.CHUNK_ENTRIES // plan.rank)))
-
-
 def _moments(plan, k_chunks, y_chunks, a_chunks) -> jax.Array:
     """``Σ_j F(k_j)ᵀ [a_j1 y_j, …, a_jT y_j]`` over chunks ``(m, chunk, ·)`` (``lax.scan``): memory
     ``O(chunk · R)``, not ``O(rows · R)``."""
 
     def accumulate(moments, c):
         kc, yc, ac = c
-        return moments + plan.features(kc).T @ expansion._spread(ac, yc), None
+        return moments + plan.moments(kc, expansion._spread(ac, yc)), None
 
-    init = jnp.zeros((plan.rank, a_chunks.shape[2] * y_chunks.shape[2]), k_chunks.dtype)
+    init = plan.zeros(a_chunks.shape[2] * y_chunks.shape[2], k_chunks.dtype)
     return jax.lax.scan(accumulate, init, (k_chunks, y_chunks, a_chunks))[0]
 
 
@@ -85,7 +80,7 @@ def sharded_prefix(
     order, on every device; ``same``: ``q`` is ``k``) with the order cut into ``shards`` contiguous
     pieces of whole ``PREFIX_CHUNK`` chunks, so that the pairs summed exactly are those of one
     device. Each device sums its piece from the carry of the pieces before it: their moments
-    (``all_gather``, ``R × T d'`` each) folded in order (a ``lax.scan`` over the pieces). Returns
+    (``all_gather``, ``G × (L + 1) T d'`` each) folded in order (a ``lax.scan`` over the pieces). Returns
     the sums of every token."""
     n = k.shape[0]
     chunk = expansion.PREFIX_CHUNK
@@ -129,11 +124,11 @@ def expansion_sum(plan, factor, profile, q, k, y, *, causal, direction: float, a
     if causal is False and not bias:
         a = labels[global_idx]
         real = (offset + rows < n).astype(dtype)[:, None]  # padding rows add nothing
-        chunk = _chunk(plan, here)
+        chunk = plan.chunk(here, labels.shape[1] * y.shape[1])
         chunked = lambda t: expansion._chunked(t, chunk)  # noqa: E731
         moments = jax.lax.psum(_moments(plan, chunked(k), chunked(y), chunked(a * real)), axis)
-        weighted = moments * plan.weights[:, None]
-        evaluate = lambda c: expansion._gather(c[1], plan.features(c[0]) @ weighted)  # noqa: E731
+        weighted = plan.weighted(moments)
+        evaluate = lambda c: expansion._gather(c[1], plan.evaluate(c[0], weighted))  # noqa: E731
         summed = jax.lax.map(evaluate, (chunked(q), chunked(a)))
         return summed.reshape(-1, y.shape[1])[:here]
     shards = jax.lax.axis_size(axis)
