@@ -68,7 +68,11 @@ def run(
             out = Path("runs") / config_hash(cfg)
             _refuse_an_earlier_run_of_this_config(out, resume=resume, overwrite=overwrite)
         out = check_out_folder(out)
-        check_claim(out, RUN, resume=resume, overwrite=overwrite)  # a run folder: refused before JAX starts
+        layout = RUN if cfg.density is None else _density_layout()  # a [density] section: density.zarr
+        check_claim(out, layout, resume=resume, overwrite=overwrite)  # a run folder: checked before JAX
+    if cfg.density is not None:  # the density instead of particles
+        _run_density(cfg, config, out, resume=resume, overwrite=overwrite)
+        return
     from attnflow.numerics.lanes import use_cpu_cores
     from attnflow.numerics.program_cache import enable_persistent_cache
     from attnflow.workflows.run import run as run_simulation
@@ -95,6 +99,49 @@ def run(
     rows.update(interaction=info.get("interaction"), rank=info.get("rank"))  # the path that ran
     print_summary(f"attnflow run {config.name}", rows)
     exit_unless_ok(info["status"], out)
+
+
+def _density_layout():
+    from attnflow.io.density_folder import DENSITY_RUN
+
+    return DENSITY_RUN
+
+
+DENSITY_KEYS = ("energy", "energy_monotone", "mass_error", "spread", "slice_spread", "resolution_tail")
+
+
+def _run_density(cfg, config: Path, out: Path, *, resume: bool, overwrite: bool) -> None:
+    """``attnflow run`` of a config with a ``[density]`` section: the density solver's run folder, a
+    summary, and exit code 3 (one line naming the status and its remedy) unless it ended ``ok``."""
+    from attnflow.numerics.program_cache import enable_persistent_cache
+    from attnflow.numerics.status import Status
+    from attnflow.workflows.density_run import run_density
+
+    with user_errors():
+        enable_persistent_cache()
+    interrupts.on_stop(continues=f"metrics.json records status 'interrupted'. Continue with: attnflow run "
+                       f"{config} --out {out} --resume")  # fmt: skip
+    try:
+        with user_errors(), progress_report("run", "building") as report:
+            progress = interrupts.checked(snapshot_stages(report))
+            result = run_density(cfg, out, progress=progress, resume=resume, overwrite=overwrite)
+    except OSError as error:
+        if not disk_failure(error, out):
+            raise
+        say(f"error: {error.strerror} ({error.filename or out}); the run folder keeps every completed "
+            "snapshot and records the status where the disk allowed.")  # fmt: skip
+        raise typer.Exit(code=EXIT_UNFINISHED) from None
+    info = result.metrics["run"]
+    rows = {k: result.metrics.get(k) for k in DENSITY_KEYS}
+    size = {"grid": info.get("grid")} if "grid" in info else {"lmax": info.get("lmax")}
+    rows.update(size, labels=info["labels"], status=info["status"], steps=info["steps"])
+    rows.update(wall_time_s=info["wall_time_s"], folder=str(out))
+    print_summary(f"attnflow run {config.name} (density)", rows)
+    if info["status"] != "ok":
+        why = Status(info["status"]).message
+        say(f"error: the run did not finish as asked: status {info['status']!r} ({why}) The folder "
+            f"{str(out)!r} keeps every resolved snapshot; metrics.json records the status.")  # fmt: skip
+        raise typer.Exit(code=EXIT_UNFINISHED)
 
 
 @app.command(cls=Command)

@@ -1,5 +1,6 @@
-"""The configuration's schema: seven frozen sections and an optional eighth (``attention``), each
-field with its type, range and default.
+"""The configuration's schema: seven frozen sections and two optional ones (``attention``, and
+``density``, which makes ``attnflow run`` solve the mean-field density), each field with its type,
+range and default.
 
 A configuration is plain, frozen data: seven sections (``model``, ``aux``, ``gauge``, ``factor``,
 ``init``, ``solver``, ``storage``), each a pydantic model whose defaults are the library's defaults.
@@ -15,7 +16,7 @@ integer too (TOML's ``beta = 1``). Lists are TOML arrays (read as tuples), with 
 from typing import Annotated, ClassVar, Literal, Self
 
 import numpy as np
-from annotated_types import Ge, Gt, Le, MinLen
+from annotated_types import Ge, Gt, Le, Lt, MinLen
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_serializer, model_validator
 
 from attnflow.core.rope_presets import PRESETS
@@ -25,6 +26,7 @@ __all__ = [
     "AttentionConfig",
     "AuxConfig",
     "Config",
+    "DensityConfig",
     "FactorConfig",
     "GaugeConfig",
     "InitConfig",
@@ -243,6 +245,75 @@ class StorageConfig(_Frozen):
     )
 
 
+class DensityConfig(_Frozen):
+    """The mean-field density instead of particles: with this section ``attnflow run`` solves the
+    continuity equation of the tokens' law on a uniform angle grid of S^1 (`grid`, model.d = 2) or in
+    spherical harmonics on S^2 (`lmax`, model.d = 3), with the labels on quadrature nodes (positions
+    on [0, 1), prompt ids, or a file of nodes), from a uniform law plus one wave, a von Mises-Fisher
+    mixture, or grid values read from a file."""
+
+    grid: Annotated[Int, Ge(8)] | None = Field(
+        None, description="S^1 (model.d = 2): the number M of angles theta_k = 2 pi k / M"
+    )
+    lmax: Annotated[Int, Ge(2)] | None = Field(
+        None, description="S^2 (model.d = 3): the largest spherical-harmonic degree"
+    )
+    labels: Int = Field(
+        16, ge=1, description="number of label nodes on [0, 1) (aux.kind = 'positions'; weights of the rule)"
+    )
+    label_rule: Literal["midpoint", "gauss"] = Field(
+        "midpoint",
+        description="the positions' quadrature: 'midpoint' ((l + 1/2)/labels, for periodic kernels) or "
+        "'gauss' (Gauss-Legendre on [0, 1], for a distance bias)",
+    )
+    init: Literal["uniform", "vmf", "file"] = Field(
+        "uniform",
+        description="the initial law: 'uniform' (plus `amplitude` times a wave of `mode`), 'vmf' (a von "
+        "Mises-Fisher mixture) or 'file' (grid values in `path`; implied when `path` is set, as "
+        "'vmf' is when `centers` is)",
+    )
+    amplitude: Annotated[Float, Ge(0), Lt(1)] = Field(
+        0.0,
+        description="the wave's amplitude: f0 = (1 + amplitude cos(mode (theta - phase))) / 2 pi per "
+        "label (S^2: a Legendre polynomial P_mode of the cosine to a direction), phases from `seed`",
+    )
+    mode: Int = Field(1, ge=1, description="the wave's Fourier mode (S^1) or degree (S^2)")
+    seed: Seed = 0
+    centers: Annotated[tuple[FloatList, ...], MinLen(1)] | None = Field(
+        None, description="the mixture's mean directions, each a list of model.d numbers"
+    )
+    kappa: PositiveFloat = Field(10.0, description="the mixture's concentration (one for every component)")
+    weights: FloatList | None = Field(
+        None, description="the mixture's weights, one per center (positive; left out: equal)"
+    )
+    path: FilePath = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _implied_init(cls, data):
+        """``path`` written without ``init`` means ``init = "file"``; ``centers`` means ``"vmf"``."""
+        if isinstance(data, dict) and "init" not in data:
+            if data.get("path") is not None:
+                return {**data, "init": "file"}
+            if data.get("centers") is not None:
+                return {**data, "init": "vmf"}
+        return data
+
+    @field_validator("centers")
+    @classmethod
+    def _nonzero_centers(cls, centers: tuple[tuple[float, ...], ...] | None):
+        if centers is not None and any(not any(center) for center in centers):
+            raise ValueError("a list of nonzero directions (lists of numbers)")
+        return centers
+
+    @field_validator("weights")
+    @classmethod
+    def _positive_weights(cls, weights: tuple[float, ...] | None):
+        if weights is not None and any(w <= 0 for w in weights):
+            raise ValueError("a list of positive numbers")
+        return weights
+
+
 class Config(_Frozen):
     """A whole run configuration: the seven sections plus cross-section rules."""
 
@@ -254,6 +325,7 @@ class Config(_Frozen):
     solver: SolverConfig = Field(default_factory=SolverConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     attention: AttentionConfig | None = None
+    density: DensityConfig | None = None
 
     @model_validator(mode="after")
     def _check_rules(self) -> Self:
@@ -262,10 +334,12 @@ class Config(_Frozen):
 
     @model_serializer(mode="wrap")
     def _without_absent_attention(self, handler):
-        """No ``attention`` key for the paper's model: its resolved config is what it always was."""
+        """No ``attention`` or ``density`` key for the paper's model: its resolved config is what it
+        always was."""
         data = handler(self)
-        if self.attention is None:
-            data.pop("attention", None)
+        for name in ("attention", "density"):
+            if getattr(self, name) is None:
+                data.pop(name, None)
         return data
 
 

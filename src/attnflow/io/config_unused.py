@@ -15,6 +15,12 @@ default (a file that lists every key, as the reference does) changes neither the
 Only keys written are checked, only when the config is loaded from a file (``load_config``: a
 sweep's grid points, built from a checked base, may change a kind), and only keys listed here: a
 section or key this table does not name is never refused.
+
+A ``[density]`` section selects the whole model: the density has no tokens, no initial points, no
+noise, no masks and no store of points, so :data:`DENSITY_IGNORED` lists the keys of the other
+sections that it does not read, refused in the same way (a non-default value, naming the key);
+:func:`check_density_unused` checks a config alone (every non-default value), for a config built
+from a dict.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from typing import Any
 
 from attnflow.io.config_errors import ConfigError
 
-__all__ = ["IGNORED", "LIST", "check_unused"]
+__all__ = ["DENSITY_IGNORED", "IGNORED", "LIST", "check_density_unused", "check_unused"]
 
 LIST = "a list"  # the choice of `gauge.frequencies` when it is an explicit list
 
@@ -101,6 +107,29 @@ IGNORED: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {
         "peri": ("ngpt_alpha",),
         "ngpt": (),
     },
+    ("density", "init"): {  # the uniform law's wave, the mixture, or the file
+        "uniform": ("centers", "kappa", "weights", "path"),
+        "vmf": ("amplitude", "mode", "seed", "path"),
+        "file": ("amplitude", "mode", "seed", "centers", "kappa", "weights"),
+    },
+}
+
+# With a [density] section: the keys of the particle model a density does not read (section -> keys)
+DENSITY_IGNORED: dict[str, tuple[str, ...]] = {
+    "model": (
+        "n", "beta_scaling", "gamma", "causal", "value", "noise", "sources", "layer_norm", "ngpt_alpha",
+    ),
+    "aux": ("spacing", "assignment", "seed"),
+    "init": ("kind", "seed", "center", "sigma", "rho0", "path"),
+    "solver": ("rtol", "atol", "dtype", "block_size", "interaction", "tolerance", "max_steps"),
+    "storage": ("token_stride", "dtype", "snapshots"),
+}  # fmt: skip
+_DENSITY_WHY = {
+    "model": "a density has no tokens, masks, sources or noise, and its layer norm is post",
+    "aux": "a density's positions are the uniform law on [0, 1) and its prompts have equal masses",
+    "init": "the density's initial law is set in [density]",
+    "solver": "a density runs fixed steps in float64",
+    "storage": "a density stores every snapshot of its law",
 }
 
 # a selector that only matters under a choice of another key: (section, key) -> (key, choices)
@@ -140,6 +169,39 @@ def check_unused(
                     section, selector, choice, name, written[name], table,
                     where=override_where if f"{section}.{name}" in overridden else where,
                 )  # fmt: skip
+    check_density_unused(
+        config, where=where, written=data, overridden=overridden, override_where=override_where
+    )
+
+
+def check_density_unused(
+    config: Any,
+    *,
+    where: str,
+    written: Mapping[str, Any] | None = None,
+    overridden: Collection[str] = (),
+    override_where: str = "--set",
+) -> None:
+    """With a ``[density]`` section, refuse a key of :data:`DENSITY_IGNORED` whose value is not its
+    default (``written``: the merged file and ``--set`` values, to show the value as written)."""
+    if getattr(config, "density", None) is None:
+        return
+    for section, names in DENSITY_IGNORED.items():
+        settings = getattr(config, section)
+        fields = type(settings).model_fields
+        for name in names:
+            value = getattr(settings, name)
+            if value == fields[name].default:
+                continue
+            table = (written or {}).get(section)
+            shown = table.get(name, value) if isinstance(table, Mapping) else value
+            raise ConfigError.from_parts(
+                f"{section}.{name}",
+                f"left out with a [density] section ({_DENSITY_WHY[section]})",
+                list(shown) if isinstance(shown, tuple) else shown,
+                hint="Remove it, or the [density] section to run particles.",
+                where=override_where if f"{section}.{name}" in overridden else where,
+            )
 
 
 def _unused_error(

@@ -60,6 +60,7 @@ from attnflow.core.gauges import check_orthogonal
 from attnflow.core.host import to_device
 from attnflow.core.kernel import Profile
 from attnflow.core.pytree import pytree_dataclass
+from attnflow.numerics.status import Status
 
 __all__ = [
     "CircleDensity",
@@ -110,6 +111,12 @@ class DensityStatus(enum.StrEnum):
     @classmethod
     def from_code(cls, code) -> DensityStatus:
         return list(cls)[int(code)]
+
+    @property
+    def status(self) -> Status:
+        """The run's :class:`attnflow.numerics.status.Status` of the same name (the density's codes
+        differ from the particles': ``under_resolved`` is 2 here, ``max_steps`` 2 there)."""
+        return Status(self.value)
 
 
 _MESSAGES = {

@@ -52,6 +52,7 @@ from attnflow.core.host import to_device
 from attnflow.core.kernel import Profile
 from attnflow.core.pytree import pytree_dataclass
 from attnflow.numerics.density_circle import (
+    KERNEL_TAIL,
     NEGATIVE_TOL,
     NORMALIZATIONS,
     TAIL_TOL,
@@ -67,7 +68,9 @@ __all__ = [
     "make_sphere_field",
     "pad_degrees",
     "gauge_frame_points",
+    "grid_shape",
     "kept_degrees",
+    "kernel_lmax",
     "resolution",
     "safe_dt",
     "status_code",
@@ -323,6 +326,29 @@ def _legendre_table(lmax: int, mu: np.ndarray) -> np.ndarray:
     return table
 
 
+def grid_shape(profile: Profile, lmax: int) -> tuple[int, int, int]:
+    """``(kept, nlat, nlon)``: the kernel's degrees the field keeps (:func:`kept_degrees`) and the
+    grid that projects the flux without aliasing. The flux ``x × (f ∇U)`` has degree
+    ``lmax + kept + 1``, and against ``Y_lm`` (``l ≤ lmax``) ``2 lmax + kept + 1``: ``nlat`` Gauss
+    nodes in ``μ`` (even: they pair as ``±μ``) and ``nlon = 2 lmax + kept + 2`` longitudes."""
+    kept = kept_degrees(funk_hecke(profile, lmax))
+    return kept, 2 * -(-(2 * lmax + kept + 2) // 4), 2 * lmax + kept + 2
+
+
+def kernel_lmax(profile: Profile) -> int:
+    """The smallest ``lmax`` whose degrees past ``2 lmax / 3`` (where :func:`resolution` measures
+    the tail) hold Funk–Hecke eigenvalues below ``KERNEL_TAIL`` of the first: the sphere's
+    counterpart of ``density_circle.kernel_grid`` (the kernel is then resolved in full)."""
+    if profile.kind != "exp":
+        return MIN_LMAX  # the linear profile has degree 1 only
+    beta = float(profile.beta)
+    first = scipy.special.ive(0.5, beta)
+    top = 0
+    while scipy.special.ive(top + 0.5, beta) >= KERNEL_TAIL * first:
+        top += 1
+    return max(MIN_LMAX, -(-3 * top // 2))
+
+
 def make_sphere_field(
     profile: Profile,
     *,
@@ -345,12 +371,8 @@ def make_sphere_field(
             f"{where}: `factor` must be built on the {count} label nodes; got {factor.n} labels."
         )
     check_softmax_factor(factor, normalization, where=where)
-    lam = funk_hecke(profile, lmax)
-    kept = kept_degrees(lam)
-    lam = lam[:kept]
-    # the flux x × (f ∇U) has degree lmax + kept + 1; against Y_lm (l <= lmax): 2 lmax + kept + 1
-    nlat = 2 * -(-(2 * lmax + kept + 2) // 4)  # even: the nodes pair as ±μ
-    nlon = 2 * lmax + kept + 2
+    kept, nlat, nlon = grid_shape(profile, lmax)
+    lam = funk_hecke(profile, lmax)[:kept]
     mu, gauss = np.polynomial.legendre.leggauss(nlat)
     if profile.kind == "exp":
         dlam = float(profile.beta) * lam  # φ' = β φ for the exp profile

@@ -3,6 +3,10 @@
 ``Status`` is a ``str`` enum: ``Status.nonfinite == "nonfinite"``, it prints, formats and serialises
 (JSON, zarr attributes) as its name, and ``status.message`` says what happened and what to do.
 Inside compiled code a status is its ``code`` (an int), turned into a ``Status`` at the edge.
+
+``under_resolved`` is a density run's (``attnflow.numerics.density_circle.DensityStatus``, whose
+own codes are 0, 1, 2: ``DensityStatus.status`` maps it here by name); it comes after the particles'
+statuses so that their codes stay what they were.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ class Status(enum.StrEnum):
     ok = "ok"
     nonfinite = "nonfinite"
     max_steps = "max_steps"
+    under_resolved = "under_resolved"
 
     @property
     def message(self) -> str:
@@ -45,5 +50,10 @@ _MESSAGES = {
         "the adaptive controller ran out of steps (`max_steps_per_snapshot` before a snapshot, or "
         "`max_steps` in all: `solver.max_steps` in a config): raise the bound, loosen `rtol`/`atol`, or "
         "use a fixed-step method."
+    ),
+    Status.under_resolved: (
+        "the density concentrated below its grid's resolution (spectral energy in the top third of the "
+        "modes, or negative mass, above its tolerance): the run stops at its last resolved snapshot; raise "
+        "`density.grid` (or `density.lmax`), or stop earlier (slices of the mean-field law become Diracs)."
     ),
 }
