@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from attnflow.io.config_errors import ConfigError
+from attnflow.io.config_unused import check_density_unused
 
 __all__ = [
     "DENSITY_METHODS",
@@ -339,6 +340,12 @@ DENSITY_METHODS = ("euler", "rk4")  # fixed steps with the identity retraction (
 DENSITY_SPHERE_GAUGES = ("none", "rope")  # on S^2 a RoPE gauge in d = 3 turns about the third axis
 
 
+def _density_reads_only_its_keys(config) -> None:
+    """With a [density] section, the particle keys it does not read are refused first
+    (:data:`attnflow.io.config_unused.DENSITY_IGNORED`), before a rule about one of them."""
+    check_density_unused(config, where="config")
+
+
 def _density_domain_fits(config) -> None:
     """One domain: ``density.grid`` on S^1 (``model.d = 2``) or ``density.lmax`` on S^2 (``d = 3``)."""
     density, d = config.density, config.model.d
@@ -442,6 +449,7 @@ def _density_file_is_given(config) -> None:
 
 
 RULES: tuple[Callable[[Any], None], ...] = (
+    _density_reads_only_its_keys,
     _file_kinds_have_paths,
     _cap_center_has_d_entries,
     _equiangular_is_realisable,

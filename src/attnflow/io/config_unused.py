@@ -18,9 +18,10 @@ section or key this table does not name is never refused.
 
 A ``[density]`` section selects the whole model: the density has no tokens, no initial points, no
 noise, no masks and no store of points, so :data:`DENSITY_IGNORED` lists the keys of the other
-sections that it does not read, refused in the same way (a non-default value, naming the key);
-:func:`check_density_unused` checks a config alone (every non-default value), for a config built
-from a dict.
+sections that it does not read, refused in the same way (a non-default value, naming the key) by
+:func:`check_density_unused`. It reads the config alone (a key not written is at its default), so
+it runs as the first rule of :mod:`attnflow.io.config_rules`: before any rule about those keys, for
+a file and for a dict alike.
 """
 
 from __future__ import annotations
@@ -169,21 +170,11 @@ def check_unused(
                     section, selector, choice, name, written[name], table,
                     where=override_where if f"{section}.{name}" in overridden else where,
                 )  # fmt: skip
-    check_density_unused(
-        config, where=where, written=data, overridden=overridden, override_where=override_where
-    )
 
 
-def check_density_unused(
-    config: Any,
-    *,
-    where: str,
-    written: Mapping[str, Any] | None = None,
-    overridden: Collection[str] = (),
-    override_where: str = "--set",
-) -> None:
+def check_density_unused(config: Any, *, where: str = "config") -> None:
     """With a ``[density]`` section, refuse a key of :data:`DENSITY_IGNORED` whose value is not its
-    default (``written``: the merged file and ``--set`` values, to show the value as written)."""
+    default, naming it (``where``: the file, as the other refusals)."""
     if getattr(config, "density", None) is None:
         return
     for section, names in DENSITY_IGNORED.items():
@@ -191,17 +182,14 @@ def check_density_unused(
         fields = type(settings).model_fields
         for name in names:
             value = getattr(settings, name)
-            if value == fields[name].default:
-                continue
-            table = (written or {}).get(section)
-            shown = table.get(name, value) if isinstance(table, Mapping) else value
-            raise ConfigError.from_parts(
-                f"{section}.{name}",
-                f"left out with a [density] section ({_DENSITY_WHY[section]})",
-                list(shown) if isinstance(shown, tuple) else shown,
-                hint="Remove it, or the [density] section to run particles.",
-                where=override_where if f"{section}.{name}" in overridden else where,
-            )
+            if value != fields[name].default:
+                raise ConfigError.from_parts(
+                    f"{section}.{name}",
+                    f"left out with a [density] section ({_DENSITY_WHY[section]})",
+                    list(value) if isinstance(value, tuple) else value,
+                    hint="Remove it, or the [density] section to run particles.",
+                    where=where,
+                )
 
 
 def _unused_error(

@@ -153,8 +153,9 @@ class DensityWriter:
         k = self._count
         if k >= self.n_snapshots_max:
             raise ValueError(f"{_WHERE}: at most {self.n_snapshots_max} snapshots fit; got one more.")
-        if set(values) != set(self._names):
-            raise ValueError(f"{_WHERE}: `values` must hold the arrays {self._names}; got {sorted(values)}.")
+        if not isinstance(values, Mapping) or set(values) != set(self._names):
+            shown = sorted(values) if isinstance(values, Mapping) else type(values).__name__
+            raise ValueError(f"{_WHERE}: `values` must be a dict of the arrays {self._names}; got {shown}.")
         for name in self._names:
             array = self._group[name]
             value = np.asarray(values[name], dtype=np.float64)
@@ -171,12 +172,15 @@ class DensityWriter:
         snapshots (the state arrays first, then ``t``, then the consolidated metadata)."""
         if self._status is not None:
             raise ValueError(f"{_WHERE}: `close` must be called once; got a second call.")
-        if status not in _RESUMABLE and self._count < self.n_snapshots_max:
+        trim = status not in _RESUMABLE and self._count < self.n_snapshots_max
+        if trim:
             for name in [*self._names, "t"]:
                 array = self._group[name]
                 array.resize((self._count, *array.shape[1:]))
-            _consolidate(self._path)
+            self._group = zarr.open_group(self._path, mode="r+", zarr_format=3)  # the new shapes
         self._group.attrs.update({"status": status, "n_snapshots": self._count})
+        if trim:  # the consolidated metadata list the new shapes (a kill before: readers trim by t)
+            _consolidate(self._path)
         self._status = status
 
 

@@ -41,11 +41,11 @@ def write_circle_figure(
     count = fs.shape[0]
     fig = Figure(figsize=(3.2 * (count + 1), 3.4), layout="constrained")
     axes = fig.subplots(1, count + 1)
-    top = float(np.max(fs))
+    low, top = float(np.min(fs)), float(np.max(fs))
     edges = np.append(theta, 2 * np.pi) - np.pi / theta.size  # cells centred on the grid angles
     rows = np.arange(labels.size + 1) - 0.5
     for ax, t, f in zip(axes[:-1], ts, fs, strict=True):
-        image = ax.pcolormesh(edges, rows, f, vmin=0.0, vmax=top, cmap="magma", shading="flat")
+        image = ax.pcolormesh(edges, rows, f, vmin=low, vmax=top, cmap="magma", shading="flat")
         ax.set(title=f"t = {float(t):g}", xlabel="angle θ")
         ticks = np.unique(np.round(np.linspace(0, labels.size - 1, min(5, labels.size))).astype(int))
         ax.set_yticks(ticks, [f"{labels[k]:.3g}" for k in ticks])

@@ -38,7 +38,6 @@ from attnflow.core.host import to_device
 from attnflow.core.kernel import Profile, make_profile
 from attnflow.io.arrays import ArrayFileError, load_array
 from attnflow.io.config import Config, ConfigError
-from attnflow.io.config_unused import check_density_unused
 from attnflow.io.density_store import DensityArray
 from attnflow.numerics import density_circle as dc
 from attnflow.numerics import density_sphere as ds
@@ -321,9 +320,23 @@ def _sphere_initial(config: Config, field: ds.SphereDensityField, labels, rotati
             c = np.asarray(center, dtype=np.float64) / np.linalg.norm(center)
             cosines = np.einsum("lc,cab->lab", _rotate_z(c, angles), points)
             values += weight * norm * np.exp(kappa * (cosines - 1.0))
-    state = field.initial(jnp.asarray(values))
-    mass = field.mass(state)
-    return ds.SphereDensity(a=state.a / mass[:, None, None])
+    return _sphere_projection(field, jnp.asarray(values))
+
+
+@jax.jit
+def _sphere_projection(field: ds.SphereDensityField, values: jax.Array) -> ds.SphereDensity:
+    """The harmonics of grid values ``(L, nlat, nlon)``, each slice rescaled to mass 1 (one compiled
+    program: the transform's operations one by one would each compile)."""
+    state = field.initial(values)
+    return ds.SphereDensity(a=state.a / field.mass(state)[:, None, None])
+
+
+@jax.jit
+def _resolution(field, state) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``(status code, tail, negative mass)`` of a state (one compiled program)."""
+    module = dc if isinstance(field, dc.CircleDensityField) else ds
+    tail, negative = module.resolution(field, state)
+    return module.status_code(field, state), tail, negative
 
 
 # --- the run ------------------------------------------------------------------------------------------
@@ -373,7 +386,6 @@ def build_density(config: Config) -> DensityRun:
     """The density run of ``config`` (which has a ``[density]`` section), every input checked."""
     if config.density is None:
         raise ConfigError("density: `density` must be a section of the config; got none.")
-    check_density_unused(config, where="config")
     density, model, solver = config.density, config.model, config.solver
     profile = make_profile(model.profile, beta=model.beta, time_scale=model.time_scale)
     check_memory(config, profile, _label_count(config))
@@ -398,16 +410,14 @@ def build_density(config: Config) -> DensityRun:
             solver.dt,
             hint="Lower solver.dt (keeping solver.save_every a whole multiple of it).",
         )
-    module = dc if domain == "circle" else ds
-    code = dc.DensityStatus.from_code(int(module.status_code(field, state0)))
-    if code != dc.DensityStatus.ok:
+    code, tail, negative = _resolution(field, state0)
+    if dc.DensityStatus.from_code(int(code)) != dc.DensityStatus.ok:
         key = (
             "density.path"
             if density.init == "file"
             else ("density.kappa" if density.init == "vmf" else "density.amplitude")
         )
         domain_key = "density.grid" if domain == "circle" else "density.lmax"
-        tail, negative = module.resolution(field, state0)
         raise _fail(
             key,
             f"an initial law resolved on the grid (spectral share in the top third <= {dc.TAIL_TOL:g}, "
@@ -487,20 +497,26 @@ def _coords(domain: str, field, labels) -> dict[str, tuple]:
 # --- what a snapshot stores, and its state back ----------------------------------------------------------
 
 
-def content_coefficients(run: DensityRun, a: jax.Array) -> jax.Array:
-    """The content-frame coefficients of gauge-frame ones ``a (L, l, m)``: ``f_l(x) = g_l(R_z(α_l) x)``
-    multiplies ``a_lm`` by ``e^{i m α_l}``."""
-    if run.rotation is None:
-        return a
+def rotate_coefficients(a: jax.Array, angles) -> jax.Array:
+    """The content-frame coefficients of gauge-frame ones ``a (L, l, m)`` under RoPE's turns
+    ``angles (L,)`` about the third axis: ``f_l(x) = g_l(R_z(α_l) x)`` multiplies ``a_lm`` by
+    ``e^{i m α_l}``."""
     m = jnp.arange(a.shape[-1])
-    return a * jnp.exp(1j * m[None, None, :] * jnp.asarray(run.rotation)[:, None, None])
+    return a * jnp.exp(1j * m[None, None, :] * jnp.asarray(angles)[:, None, None])
+
+
+@jax.jit
+def _content_values(field, a, angles):
+    """Grid values of the content-frame slices (S^2) from the gauge-frame coefficients ``a``."""
+    return field.synthesis(rotate_coefficients(a, angles))
 
 
 def snapshot_arrays(run: DensityRun, state) -> dict[str, np.ndarray]:
     """The arrays the store keeps of ``state`` (NumPy, float64)."""
     if run.domain == "circle":
         return {"f": np.asarray(state.f)}
-    f = run.field.synthesis(content_coefficients(run, state.a))
+    angles = np.zeros(run.labels.size) if run.rotation is None else run.rotation
+    f = _content_values(run.field, state.a, angles)
     a = np.asarray(state.a)
     return {"f": np.asarray(f), "a": np.stack([a.real, a.imag], axis=-1)}
 

@@ -23,6 +23,7 @@ mean; ``slice_spread``, the same averaged over the label slices), their summary,
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import time
@@ -41,12 +42,13 @@ from attnflow.io.density_store import DensityWriter, read_density, read_snapshot
 from attnflow.io.store import snapshot_time
 from attnflow.io.version import __version__
 from attnflow.numerics import density_circle as dc
+from attnflow.numerics import density_sphere as ds
 from attnflow.numerics.density_solve import integrate
 from attnflow.viz import density as density_figures
 from attnflow.workflows.density_build import (
     DensityRun,
     build_density,
-    content_coefficients,
+    rotate_coefficients,
     snapshot_arrays,
     state_from_arrays,
 )
@@ -102,64 +104,54 @@ def _check_resumable(folder: Path, resolved: dict) -> None:
 # --- the compiled pieces --------------------------------------------------------------------------------
 
 
-def _module(run: DensityRun):
-    from attnflow.numerics import density_sphere as ds
-
-    return dc if run.domain == "circle" else ds
-
-
-def _advancer(run: DensityRun):
-    """``(field, state) -> (state one snapshot later, its DensityStatus code)``, jitted (the field
-    an argument: its arrays are not constants of the program); the state is the last resolved one
-    when the code is not ``ok``."""
-    module = _module(run)
-
-    def advance(field, state):
-        _, states, codes = integrate(
-            field,
-            state,
-            integrator=run.integrator,
-            dt=run.dt,
-            steps_per_snapshot=run.steps_per_snapshot,
-            snapshots=1,
-            status=lambda s: module.status_code(field, s),
-        )
-        return jax.tree.map(lambda leaf: leaf[-1], states), codes[-1]
-
-    return jax.jit(advance)
+def _module(field):
+    """The solver module of ``field``: ``density_circle`` or ``density_sphere``."""
+    return dc if isinstance(field, dc.CircleDensityField) else ds
 
 
-def _measurer(run: DensityRun):
-    """``(field, state) -> dict of scalars`` (energy, masses, resolution, resultants), jitted."""
-    module = _module(run)
+@functools.partial(jax.jit, static_argnames=("integrator", "dt", "steps"))
+def _advance(field, state, *, integrator, dt: float, steps: int):
+    """``state`` one snapshot later (``steps`` steps of ``dt``) and its ``DensityStatus`` code; the
+    state is the last resolved one when the code is not ``ok``. One program per shape and option
+    set, the field an argument (its arrays are not constants of the program)."""
+    module = _module(field)
+    _, states, codes = integrate(
+        field,
+        state,
+        integrator=integrator,
+        dt=dt,
+        steps_per_snapshot=steps,
+        snapshots=1,
+        status=lambda s: module.status_code(field, s),
+    )
+    return jax.tree.map(lambda leaf: leaf[-1], states), codes[-1]
 
-    def resultants(field, state):
-        """``∫ x f dx`` per label, content frame: ``(L, 2)`` on S^1, ``(L, 3)`` on S^2."""
-        if run.domain == "circle":
-            theta = 2 * np.pi * jnp.arange(field.grid) / field.grid
-            f = state.f
-            return (
-                2
-                * np.pi
-                * jnp.stack([jnp.mean(f * jnp.cos(theta), -1), jnp.mean(f * jnp.sin(theta), -1)], -1)
-            )
-        f = field.synthesis(content_coefficients(run, state.a))
-        return jnp.einsum("cab,lab,ab->lc", field.grid_points(), f, field.areas())
 
-    def measure(field, state):
-        tail, negative = module.resolution(field, state)
-        r = resultants(field, state)
-        weights = field.labels.weights
-        return {
-            "energy": field.energy(state),
-            "mass": field.mass(state),
-            "resolution_tail": tail,
-            "negative_mass": negative,
-            "spread": 1.0 - jnp.linalg.norm(weights @ r),
-            "slice_spread": jnp.sum(weights * (1.0 - jnp.linalg.norm(r, axis=-1))),
-        }
+def _resultants(field, state, rotation):
+    """``∫ x f dx`` per label in the content frame: ``(L, 2)`` on S^1, ``(L, 3)`` on S^2 (the
+    gauge-frame slices turned back by ``rotation``, RoPE's angles about the third axis)."""
+    if isinstance(field, dc.CircleDensityField):
+        theta = 2 * np.pi * jnp.arange(field.grid) / field.grid
+        f = state.f
+        return 2 * np.pi * jnp.stack([jnp.mean(f * jnp.cos(theta), -1), jnp.mean(f * jnp.sin(theta), -1)], -1)
+    f = field.synthesis(rotate_coefficients(state.a, rotation))
+    return jnp.einsum("cab,lab,ab->lc", field.grid_points(), f, field.areas())
 
-    return jax.jit(measure)
+
+@jax.jit
+def _measure(field, state, rotation):
+    """The metrics of one snapshot (scalars; ``mass`` per label)."""
+    tail, negative = _module(field).resolution(field, state)
+    r = _resultants(field, state, rotation)
+    weights = field.labels.weights
+    return {
+        "energy": field.energy(state),
+        "mass": field.mass(state),
+        "resolution_tail": tail,
+        "negative_mass": negative,
+        "spread": 1.0 - jnp.linalg.norm(weights @ r),
+        "slice_spread": jnp.sum(weights * (1.0 - jnp.linalg.norm(r, axis=-1))),
+    }
 
 
 class _Series:
@@ -206,7 +198,11 @@ class _Series:
 def _run_in_folder(run: DensityRun, out_dir: Path, resolved: dict, *, resume: bool, progress) -> RunResult:
     start, status, writer, steps, compile_time = time.perf_counter(), "error", None, 0, None
     series, path = _Series(), out_dir / STORE
-    measure = _measurer(run)
+    rotation = jnp.zeros(run.labels.size) if run.rotation is None else jnp.asarray(run.rotation)
+
+    def measure(field, state):
+        return _measure(field, state, rotation)
+
     try:
         if resume:
             stored = read_density(path, arrays=())
@@ -239,7 +235,8 @@ def _run_in_folder(run: DensityRun, out_dir: Path, resolved: dict, *, resume: bo
         code = dc.DensityStatus.ok.code
         if writer.n_snapshots < run.snapshots:
             tic = time.perf_counter()
-            advance = _advancer(run).lower(run.field, state).compile()
+            options = dict(integrator=run.integrator, dt=run.dt, steps=run.steps_per_snapshot)
+            advance = _advance.lower(run.field, state, **options).compile()
             compile_time = time.perf_counter() - tic
             for k in range(writer.n_snapshots, run.snapshots):
                 moved, code = advance(run.field, state)
