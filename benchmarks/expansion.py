@@ -18,8 +18,9 @@ configuration's default (``solver.tolerance = 1e-10``). d = 3, float64, gradient
    another). Interleaved, best of ``REPEATS``, wall and CPU time.
 2. One RK4 step (4 field evaluations) at n = 16384, beta = 1, 4, 9: the exact tiled path against
    the expansion, interleaved in one process, best of ``REPEATS``, wall and CPU, and their ratios.
-3. The exact path's step at n = 16384 on one device and on two (fresh processes, alternated):
-   wall, CPU, and the CPU time of the busiest threads (``/proc``, Linux): whether a core idles.
+3. The step at n = 16384 on one device and on two (fresh processes, alternated), the exact path
+   at beta = 1 and the expansion at beta = 4: wall, CPU, and the CPU time of the busiest threads
+   (``/proc``, Linux): whether a core idles.
 4. (full run only) Time per RK4 step of the expansion for n from 1e4 to 1e6, each n in a fresh
    process, the exponent of a log-log fit; the measured field error against the tolerance.
 """
@@ -253,10 +254,11 @@ def _thread_ticks() -> dict:
     return ticks
 
 
-def exact_threads(n: int = 16384, d: int = 3, steps: int = 3) -> dict:
-    """This process's exact RK4 step: wall and CPU per step, and the CPU seconds per step of its
-    busiest threads."""
-    step = rk4_step(make_field(make_kernel(n, d, 1.0), "exact"))
+def step_threads(interaction: str, n: int = 16384, d: int = 3, beta: float = 1.0) -> dict:
+    """This process's RK4 step on ``interaction``: wall and CPU per step, and the CPU seconds per
+    step of its busiest threads (over a few seconds of steps: the kernel counts in 10 ms ticks)."""
+    steps = 3 if interaction == "exact" else 30
+    step = rk4_step(make_field(make_kernel(n, d, beta), interaction))
     x = sphere.sample_uniform(jax.random.key(0), n, d)
     step(x).block_until_ready()
     before, wall, cpu = _thread_ticks(), time.perf_counter(), time.process_time()
@@ -265,22 +267,42 @@ def exact_threads(n: int = 16384, d: int = 3, steps: int = 3) -> dict:
     wall, cpu = (time.perf_counter() - wall) / steps, (time.process_time() - cpu) / steps
     after, hz = _thread_ticks(), os.sysconf("SC_CLK_TCK")
     busy = sorted(((after[t] - before.get(t, 0)) / hz / steps for t in after), reverse=True)
-    return {"devices": len(jax.devices()), "wall_s": wall, "cpu_s": cpu, "busiest_threads_cpu_s": busy[:3]}
+    return {
+        "interaction": interaction,
+        "beta": beta,
+        "devices": len(jax.devices()),
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "busiest_threads_cpu_s": busy[:3],
+    }
 
 
-def exact_devices(rounds: int = 2) -> list[dict]:
+def device_counts(rounds: int = 2) -> list[dict]:
+    """The exact path (beta = 1) and the expansion (beta = 4) on one device and on two, each in a
+    fresh process, alternated."""
     rows = []
     for _ in range(rounds):
-        for devices in (1, 2):
-            command = [sys.executable, __file__, "--exact-threads", "--devices", str(devices)]
-            out = subprocess.run(command, capture_output=True, text=True, check=True)
-            row = json.loads(out.stdout.strip().splitlines()[-1]) | {"uptime": uptime()}
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+        for interaction, beta in (("exact", "1"), ("expansion", "4")):
+            for devices in (1, 2):
+                command = [sys.executable, __file__, "--threads", interaction, beta, "--devices"]
+                out = subprocess.run([*command, str(devices)], capture_output=True, text=True, check=True)
+                row = json.loads(out.stdout.strip().splitlines()[-1]) | {"uptime": uptime()}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
     return rows
 
 
 # 4. scaling and accuracy (full run) ---------------------------------------------------------------
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory: ``VmHWM`` (Linux; ``ru_maxrss`` keeps the peak of the
+    parent at the fork across the ``exec``), else ``ru_maxrss``."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024.0
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def single(n: int, d: int = 3, beta: float = 1.0) -> dict:
@@ -289,7 +311,7 @@ def single(n: int, d: int = 3, beta: float = 1.0) -> dict:
     x = sphere.sample_uniform(jax.random.key(1), n, d)
     step(x).block_until_ready()
     runs = [timed(step, x) for _ in range(REPEATS)]
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    rss_mb = peak_rss_mb()
     return {
         "n": n,
         "wall_s": min(r[0] for r in runs),
@@ -350,8 +372,8 @@ def main(args: list[str]) -> None:
     if everything or "--steps" in args:
         print("## 2. RK4 step, n = 16384, d = 3, the CLI's setting")
         rk4_ratios()
-        print("## 3. the exact path's step on one and two devices (fresh processes)")
-        exact_devices()
+        print("## 3. the step on one and two devices (fresh processes): CPU seconds of the busiest threads")
+        device_counts()
     if everything:
         print("## 4. expansion RK4 step against n (each n in a fresh process)")
         rows = scaling()
@@ -367,7 +389,8 @@ def main(args: list[str]) -> None:
 if __name__ == "__main__":
     if "--single" in sys.argv:
         print(json.dumps(single(int(sys.argv[sys.argv.index("--single") + 1]))))
-    elif "--exact-threads" in sys.argv:
-        print(json.dumps(exact_threads()))
+    elif "--threads" in sys.argv:
+        at = sys.argv.index("--threads")
+        print(json.dumps(step_threads(sys.argv[at + 1], beta=float(sys.argv[at + 2]))))
     else:
         main(sys.argv[1:])

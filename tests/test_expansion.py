@@ -332,17 +332,17 @@ def test_split_products_equal_the_per_monomial_products(d, beta, tolerance, widt
     assert float(jnp.max(jnp.abs(wrong - reference))) > 1e-6 * scale
 
 
-@pytest.mark.parametrize("n", (5, 17, 1025))
-def test_the_lanes_of_a_global_sum_cover_every_token_once(n):
-    """Fewer chunks than lanes, and a last chunk partly padding: the global sum over lanes equals
-    the plan applied to all tokens at once (one chunk, no lanes) to round-off."""
-    d, beta = 3, 4.0
+@pytest.mark.parametrize(("d", "n", "chunks"), [(4, 500, 3), (3, 1025, 8), (3, 9000, 16)])
+def test_the_lanes_of_a_global_sum_cover_every_token_once(d, n, chunks):
+    """Fewer chunks than lanes (the idle lanes skip their padding), and whole chunks per lane with
+    the last chunk partly padding: the global sum over lanes equals the plan applied to all tokens
+    at once (one chunk, no lanes) to round-off."""
+    beta = 4.0
     plan = expansion._Plan(beta, expansion.expansion_degree(beta, 1e-10), d, jnp.float64)
     u = _points(n, d, seed=n, off_sphere=False)
     y = jax.random.normal(jax.random.key(n), (n, 2))
     a = jnp.ones((n, 1))
-    chunk = expansion._lane_chunk(plan, n, 2)
-    assert -(-n // chunk) <= expansion.lanes.LANES * -(-n // (expansion.lanes.LANES * chunk))
+    assert -(-n // expansion._lane_chunk(plan, n, 2)) == chunks  # the case the parameters name
     lanes_sum = jax.jit(lambda u, y: expansion._global_sum(plan, u, u, y, a))(u, y)
     whole = plan.evaluate(u, plan.weighted(plan.moments(u, y)))
     # sums of n terms of size <= 5 e^{β(SHELL−1)} |y| ~ 15: round-off of the order of 1e-13

@@ -238,9 +238,12 @@ def _gather(a: jax.Array, z: jax.Array) -> jax.Array:
 def _global_sum(plan: _Plan, q, k, y, a) -> jax.Array:
     """``g_i = Σ_j Σ_t a_it a_jt p_L(⟨q_i,k_j⟩) y_j`` over all pairs, by the moments
     ``M = Σ_j F(k_j)ᵀ [a_j1 y_j, …, a_jT y_j]`` accumulated over chunks, then evaluated chunk by
-    chunk (``q is k``: one set of chunks)."""
+    chunk (``q is k``: one set of chunks), the chunks dealt into lanes when there are several."""
     n, width = k.shape[0], a.shape[1] * y.shape[1]
     chunk = _lane_chunk(plan, n, width)
+    if chunk >= n:  # one chunk: no lanes
+        weighted = plan.weighted(plan.moments(k, _spread(a, y)))
+        return _gather(a, plan.evaluate(q, weighted))
     chunks = (_chunked(k, chunk), _chunked(y, chunk), _chunked(a, chunk))
     weighted = plan.weighted(_lane_moments(plan, *chunks))
     queries = chunks[0] if q is k else _chunked(q, chunk)
@@ -248,9 +251,13 @@ def _global_sum(plan: _Plan, q, k, y, a) -> jax.Array:
 
 
 def _lane_chunk(plan: _Plan, n: int, width: int) -> int:
-    """Tokens per chunk of a global sum: at most ``plan.chunk``, and a whole number of chunks per
-    lane (``attnflow.numerics.lanes``), so that no lane evaluates padding."""
-    per_lane = -(-n // (lanes.LANES * plan.chunk(n, width)))
+    """Tokens per chunk of a global sum: at most ``plan.chunk``; with ``LANES × 64`` tokens or more,
+    a whole number of chunks per lane (``attnflow.numerics.lanes``), fewer: as few chunks as the
+    plan allows (the lanes without one idle)."""
+    chunk = plan.chunk(n, width)
+    if n < lanes.LANES * 64:
+        return chunk
+    per_lane = -(-n // (lanes.LANES * chunk))
     return -(-n // (lanes.LANES * per_lane))
 
 
@@ -271,14 +278,22 @@ def _lane_moments(plan: _Plan, k_chunks, y_chunks, a_chunks) -> jax.Array:
 
 def _lane_evaluate(plan: _Plan, q_chunks, a_chunks, weighted) -> jax.Array:
     """``Σ_t a_it [F(q_i) · weighted]_t`` for the chunks ``(m, chunk, ·)`` of queries, dealt into
-    lanes; ``(m', chunk, d')`` in chunk order, ``m' >= m`` (padding chunks last)."""
-    dealt, _ = lanes.deal(np.arange(q_chunks.shape[0]))
+    lanes (the padding items of ``lanes.deal`` skipped); ``(m', chunk, d')`` in chunk order,
+    ``m' >= m`` (zero chunks last)."""
+    dealt, real = (jnp.asarray(t) for t in lanes.deal(np.arange(q_chunks.shape[0])))
+    shape = (q_chunks.shape[1], weighted.shape[0] // (plan.degree + 1) // a_chunks.shape[2])
 
     def evaluate(ops, lane):
         qc, ac, weighted = ops
-        return jax.lax.map(lambda i: _gather(ac[i], plan.evaluate(qc[i], weighted)), lane)
 
-    out = lanes.lane_map(evaluate, (q_chunks, a_chunks, weighted), jnp.asarray(dealt))
+        def chunk(item):
+            i, real = item
+            some = lambda i: _gather(ac[i], plan.evaluate(qc[i], weighted))  # noqa: E731
+            return jax.lax.cond(real, some, lambda i: jnp.zeros(shape, qc.dtype), i)
+
+        return jax.lax.map(chunk, lane)
+
+    out = lanes.lane_map(evaluate, (q_chunks, a_chunks, weighted), (dealt, real))
     return jnp.swapaxes(out, 0, 1).reshape(-1, *out.shape[2:])  # lane l holds chunks l, l + LANES, ...
 
 
