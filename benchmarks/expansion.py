@@ -36,10 +36,9 @@ import time
 
 from attnflow.numerics.lanes import use_cpu_cores
 
-if __name__ == "__main__" and "--devices" in sys.argv:
-    use_cpu_cores(int(sys.argv[sys.argv.index("--devices") + 1]))
-else:
-    use_cpu_cores()  # as `attnflow run` does, before JAX starts
+if __name__ == "__main__":  # as `attnflow run` does, before JAX starts (not when imported: gpu.py)
+    devices = sys.argv[sys.argv.index("--devices") + 1] if "--devices" in sys.argv else None
+    use_cpu_cores(None if devices is None else int(devices))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
