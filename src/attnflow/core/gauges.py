@@ -168,20 +168,23 @@ def rope_frequencies(
                 raise ValueError("rope: `n` is required for full_period frequencies.")
             return np.array([2.0 * np.pi / n])
         raise ValueError(f"rope: `frequencies` must be 'roformer', 'full_period' or a list; got {kind!r}.")
-    freqs = np.asarray(kind, dtype=np.float64).reshape(-1)
-    if freqs.size > d // 2:
-        raise ValueError(f"rope: `frequencies` must have at most d//2 = {d // 2} entries; got {freqs.size}.")
-    return freqs
+    return _fitting_frequencies(kind, d)
 
 
-def make_rope(xi, d: int, frequencies: np.ndarray, *, dtype=jnp.float64, layout: str = "interleaved") -> RoPE:
-    """RoPE gauge for scalar positions ``xi (n,)`` (``layout``: see :class:`RoPE`)."""
-    xi = np.asarray(xi, dtype=np.float64).reshape(-1)
+def _fitting_frequencies(frequencies, d: int) -> np.ndarray:
+    """``frequencies`` as a float64 vector, refused when there are more than the ``d // 2`` pairs."""
     frequencies = np.asarray(frequencies, dtype=np.float64).reshape(-1)
     if frequencies.size > d // 2:
         raise ValueError(
             f"rope: `frequencies` must have at most d//2 = {d // 2} entries; got {frequencies.size}."
         )
+    return frequencies
+
+
+def make_rope(xi, d: int, frequencies: np.ndarray, *, dtype=jnp.float64, layout: str = "interleaved") -> RoPE:
+    """RoPE gauge for scalar positions ``xi (n,)`` (``layout``: see :class:`RoPE`)."""
+    xi = np.asarray(xi, dtype=np.float64).reshape(-1)
+    frequencies = _fitting_frequencies(frequencies, d)
     return RoPE(angles=to_device(rope_angles(xi, frequencies, dtype), dtype), d=d, layout=layout)
 
 
