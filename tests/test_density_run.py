@@ -240,7 +240,10 @@ def _bad_f0(folder: Path, kind: str) -> dict:
 
 BAD = [  # (changes or a maker of changes, words the one line must hold)
     ({"model": {"beta": 5.0}, "density": {"grid": 32}}, ["density.grid", "63", "32"]),
-    ({"model": {"d": 3}, "density": {"grid": None, "lmax": 3000}}, ["density.lmax", "memory", "3000"]),
+    (
+        {"model": {"d": 3}, "density": {"grid": None, "lmax": 3000, "path": None}},
+        ["density.lmax", "memory", "3000"],
+    ),
     (_bad_label_file, ["aux.path", "(L,)", "(4, 3)"]),
     (lambda folder: _bad_f0(folder, "shape"), ["density.path", f"(3, {GRID})", f"(3, {GRID + 1})"]),
     (lambda folder: _bad_f0(folder, "negative"), ["density.path", "non-negative", "-0.1"]),
@@ -260,12 +263,16 @@ BAD = [  # (changes or a maker of changes, words the one line must hold)
             "aux": {"kind": "prompts"},
             "gauge": {"kind": "prompt"},
             "factor": {"kind": "none"},
-            "density": {"grid": None, "lmax": 24, "labels": 16},
+            "density": {"grid": None, "lmax": 24, "labels": 16, "path": None},
         },
         ["gauge.kind", "prompt"],
     ),  # fmt: skip
     ({"density": {"path": None, "init": "vmf", "centers": [[1.0, 0.0]], "kappa": 400.0}}, ["density.kappa"]),
     ({"density": {"path": None, "amplitude": 1.5}}, ["density.amplitude", "1.5"]),
+    (
+        {"model": {"d": 3}, "gauge": {"kind": "none"}, "density": {"grid": None, "lmax": 24}},
+        ["density.init", "'file'"],
+    ),
 ]
 
 
