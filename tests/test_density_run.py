@@ -224,6 +224,11 @@ def _bad_label_file(folder: Path) -> dict:
     return {"aux": {"kind": "file", "path": "labels.npy"}, "density": {"labels": None}}
 
 
+def _signed_factor(folder: Path) -> dict:
+    np.save(folder / "w.npy", 2 * np.eye(3) - 1)  # symmetric, negative off the diagonal
+    return {"model": {"normalization": "sa"}, "factor": {"kind": "file", "path": "w.npy"}}
+
+
 def _bad_f0(folder: Path, kind: str) -> dict:
     f0 = _f0(3)
     if kind == "shape":
@@ -245,6 +250,7 @@ BAD = [  # (changes or a maker of changes, words the one line must hold)
         ["density.lmax", "memory", "3000"],
     ),
     (_bad_label_file, ["aux.path", "(L,)", "(4, 3)"]),
+    (_signed_factor, ["factor.path", "non-negative", "'sa'", "-1"]),
     (lambda folder: _bad_f0(folder, "shape"), ["density.path", f"(3, {GRID})", f"(3, {GRID + 1})"]),
     (lambda folder: _bad_f0(folder, "negative"), ["density.path", "non-negative", "-0.1"]),
     (lambda folder: _bad_f0(folder, "nonfinite"), ["density.path", "finite"]),

@@ -31,18 +31,17 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.special
 
 from attnflow.core import factors, gauges
 from attnflow.core.host import to_device
 from attnflow.core.kernel import Profile, make_profile
-from attnflow.io.arrays import ArrayFileError, load_array
 from attnflow.io.config import Config, ConfigError
 from attnflow.io.density_store import DensityArray
 from attnflow.numerics import density_circle as dc
 from attnflow.numerics import density_sphere as ds
 from attnflow.numerics.integrators import RK4, Euler, Integrator
 from attnflow.numerics.saving import snapshot_count, whole_multiple
+from attnflow.workflows.density_initial import circle_initial, load_checked, sphere_initial
 
 __all__ = ["DensityRun", "build_density", "memory_estimate"]
 
@@ -84,17 +83,6 @@ def _fail(key: str, constraint: str, value, hint: str = "") -> ConfigError:
     return ConfigError.from_parts(key, constraint, value, hint=hint)
 
 
-def _load(key: str, path) -> np.ndarray:
-    try:
-        array = load_array(path)
-    except ArrayFileError as error:
-        raise _fail(key, error.constraint, error.value) from None
-    if not np.all(np.isfinite(array)):
-        bad = int(np.sum(~np.isfinite(array)))
-        raise _fail(key, "finite everywhere", f"{path} with {bad} non-finite entries")
-    return array
-
-
 # --- labels, gauge, factor --------------------------------------------------------------------------
 
 
@@ -108,7 +96,7 @@ def density_labels(config: Config) -> dc.LabelQuadrature:
         return dc.position_labels(density.labels, rule=density.label_rule)
     if aux.kind == "prompts":
         return dc.prompt_labels(np.full(aux.n_prompts, 1.0 / aux.n_prompts))
-    table = _load("aux.path", aux.path)
+    table = load_checked("aux.path", aux.path)
     if table.ndim == 1 and table.size >= 1:
         return dc.make_labels(table, np.full(table.size, 1.0 / table.size))
     if table.ndim == 2 and table.shape[0] >= 1 and table.shape[1] == 2:
@@ -145,7 +133,7 @@ def _circle_gauge(config: Config, labels: dc.LabelQuadrature) -> dc.CircleGauge:
     if g.kind == "prompt":
         q = gauges.haar_orthogonal(g.seed, config.aux.n_prompts, 2)
         return dc.circle_gauge_from_matrices(q[nodes.astype(int)])
-    q = _load("gauge.path", g.path)
+    q = load_checked("gauge.path", g.path)
     if q.shape != (count, 2, 2):
         raise _fail(
             "gauge.path", f"an array of shape ({count}, 2, 2) (one per label node)", f"shape {q.shape}"
@@ -165,9 +153,15 @@ def _factor(config: Config, labels: dc.LabelQuadrature) -> factors.Factor:
         return factors.DistanceBias(xi=xi, slope=to_device(f.slope, jnp.float64))
     if f.kind == "toeplitz_cos":
         return factors.ToeplitzCos(xi=xi, omega=to_device(f.omega, jnp.float64))
-    w = _load("factor.path", f.path)
+    w = load_checked("factor.path", f.path)
     if w.shape != (count, count):
         raise _fail("factor.path", f"an array of shape ({count}, {count}) (label nodes)", f"shape {w.shape}")
+    if config.model.normalization == "sa" and w.min() < 0:
+        raise _fail(
+            "factor.path",
+            "a non-negative matrix when `model.normalization` = 'sa' (softmax weights)",
+            f"min {w.min():g}",
+        )
     try:
         return factors.make_matrix_factor(w, n=count)
     except ValueError as error:
@@ -223,114 +217,6 @@ def check_memory(config: Config, profile: Profile, labels: int, *, limit: int | 
     )
 
 
-# --- the initial law ------------------------------------------------------------------------------------
-
-
-def _random_phases(seed: int, count: int) -> np.ndarray:
-    return np.random.default_rng(seed).uniform(0.0, 2.0 * np.pi, count)
-
-
-def _circle_initial(config: Config, labels: dc.LabelQuadrature, grid: int) -> dc.CircleDensity:
-    density, count = config.density, labels.size
-    theta = dc.grid_angles(grid)
-    if density.init == "uniform":
-        phase = _random_phases(density.seed, count)[:, None]
-        values = (1.0 + density.amplitude * np.cos(density.mode * (theta[None, :] - phase))) / (2 * np.pi)
-    elif density.init == "vmf":
-        values = np.zeros(grid)
-        for center, weight in zip(density.centers, _mixture_weights(density), strict=True):
-            angle = math.atan2(center[1], center[0])
-            kappa = density.kappa
-            values += (
-                weight
-                * np.exp(kappa * (np.cos(theta - angle) - 1.0))
-                / (2 * np.pi * scipy.special.ive(0, kappa))
-            )
-    else:
-        values = _checked_file(density.path, count, grid)
-    return dc.make_circle_density(values, grid=grid, labels=count)
-
-
-def _checked_file(path, count: int, grid: int) -> np.ndarray:
-    """The initial density's grid values read from ``path``: ``(count, grid)`` or ``(grid,)``,
-    finite, non-negative, every row of positive mass."""
-    values = _load("density.path", path)
-    rows = values[None, :] if values.ndim == 1 else values
-    if rows.ndim != 2 or rows.shape[1] != grid or rows.shape[0] not in (1, count):
-        shapes = f"({count}, {grid}) (one row per label node) or ({grid},)" if count > 1 else f"({grid},)"
-        raise _fail(
-            "density.path",
-            f"an array of shape {shapes}: the values on the grid",
-            f"{path} with shape {values.shape}",
-        )
-    if rows.min() < 0.0:
-        row, column = np.unravel_index(int(np.argmin(rows)), rows.shape)
-        raise _fail(
-            "density.path",
-            "non-negative (a density)",
-            f"{rows.min():.3g} at label row {row}, angle index {column}",
-        )
-    empty = np.flatnonzero(rows.sum(axis=1) <= 0.0)
-    if empty.size:
-        raise _fail(
-            "density.path",
-            "of positive mass in every row (each is rescaled to mass 1)",
-            f"zero mass in row {int(empty[0])}",
-        )
-    return rows
-
-
-def _mixture_weights(density) -> np.ndarray:
-    count = len(density.centers)
-    weights = (
-        np.full(count, 1.0) if density.weights is None else np.asarray(density.weights, dtype=np.float64)
-    )
-    return weights / weights.sum()
-
-
-def _random_directions(seed: int, count: int) -> np.ndarray:
-    v = np.random.default_rng(seed).standard_normal((count, 3))
-    return v / np.linalg.norm(v, axis=1, keepdims=True)
-
-
-def _rotate_z(vectors: np.ndarray, angles: np.ndarray) -> np.ndarray:
-    """``R_z(α_l) v`` for vectors ``(L, 3)`` (or ``(3,)``, broadcast) and angles ``(L,)``."""
-    v = np.broadcast_to(vectors, (angles.size, 3))
-    c, s = np.cos(angles), np.sin(angles)
-    return np.stack([c * v[:, 0] - s * v[:, 1], s * v[:, 0] + c * v[:, 1], v[:, 2]], axis=1)
-
-
-def _sphere_initial(config: Config, field: ds.SphereDensityField, labels, rotation) -> ds.SphereDensity:
-    """The gauge-frame slices ``g_l(u) = f_l(Q_lᵀ u)`` of the initial law: its directions turned
-    by ``Q_l`` (a RoPE turn about the third axis), on the grid, then projected on the harmonics
-    and each slice rescaled to mass 1."""
-    density, count = config.density, labels.size
-    angles = np.zeros(count) if rotation is None else rotation
-    points = np.asarray(field.grid_points())  # (3, nlat, nlon)
-    if density.init == "uniform":
-        directions = _rotate_z(_random_directions(density.seed, count), angles)
-        cosines = np.einsum("lc,cab->lab", directions, points)
-        wave = scipy.special.eval_legendre(density.mode, cosines)
-        values = (1.0 + density.amplitude * wave) / (4 * np.pi)
-    else:
-        values = np.zeros((count, *points.shape[1:]))
-        kappa = density.kappa
-        norm = kappa / (2 * np.pi * -np.expm1(-2 * kappa))
-        for center, weight in zip(density.centers, _mixture_weights(density), strict=True):
-            c = np.asarray(center, dtype=np.float64) / np.linalg.norm(center)
-            cosines = np.einsum("lc,cab->lab", _rotate_z(c, angles), points)
-            values += weight * norm * np.exp(kappa * (cosines - 1.0))
-    return _sphere_projection(field, jnp.asarray(values))
-
-
-@jax.jit
-def _sphere_projection(field: ds.SphereDensityField, values: jax.Array) -> ds.SphereDensity:
-    """The harmonics of grid values ``(L, nlat, nlon)``, each slice rescaled to mass 1 (one compiled
-    program: the transform's operations one by one would each compile)."""
-    state = field.initial(values)
-    return ds.SphereDensity(a=state.a / field.mass(state)[:, None, None])
-
-
 @jax.jit
 def _resolution(field, state) -> tuple[jax.Array, jax.Array, jax.Array]:
     """``(status code, tail, negative mass)`` of a state (one compiled program)."""
@@ -345,41 +231,35 @@ def _resolution(field, state) -> tuple[jax.Array, jax.Array, jax.Array]:
 def _checked_field(config: Config, profile: Profile, labels, factor):
     """The field, the kernel's bandwidth checked against the grid first (one line naming the key)."""
     density, model = config.density, config.model
-    try:
-        if density.grid is not None:
-            if profile.kind == "exp" and density.grid < dc.kernel_grid(model.beta):
-                raise _fail(
-                    "density.grid",
-                    f"at least {dc.kernel_grid(model.beta)} to resolve the kernel at beta = {model.beta:g} "
-                    f"(its Fourier coefficients past grid/3 below {dc.KERNEL_TAIL:g} of the first)",
-                    density.grid,
-                    hint="Raise density.grid or lower model.beta.",
-                )
-            return dc.make_circle_field(
-                profile,
-                grid=density.grid,
-                labels=labels,
-                gauge=_circle_gauge(config, labels),
-                factor=factor,
-                normalization=model.normalization,
-            )
-        needed = ds.kernel_lmax(profile)
-        if density.lmax < needed:
+    if density.grid is not None:
+        if profile.kind == "exp" and density.grid < dc.kernel_grid(model.beta):
             raise _fail(
-                "density.lmax",
-                f"at least {needed} to resolve the kernel at beta = {model.beta:g} (its Funk-Hecke "
-                f"eigenvalues past 2 lmax/3 below {dc.KERNEL_TAIL:g} of the first)",
-                density.lmax,
-                hint="Raise density.lmax or lower model.beta.",
+                "density.grid",
+                f"at least {dc.kernel_grid(model.beta)} to resolve the kernel at beta = {model.beta:g} "
+                f"(its Fourier coefficients past grid/3 below {dc.KERNEL_TAIL:g} of the first)",
+                density.grid,
+                hint="Raise density.grid or lower model.beta.",
             )
-        return ds.make_sphere_field(
-            profile, lmax=density.lmax, labels=labels, factor=factor, normalization=model.normalization
+        return dc.make_circle_field(
+            profile,
+            grid=density.grid,
+            labels=labels,
+            gauge=_circle_gauge(config, labels),
+            factor=factor,
+            normalization=model.normalization,
         )
-    except ConfigError:
-        raise
-    except ValueError as error:  # sa with a sign-changing factor file, say
-        raise _fail("factor.path" if config.factor.kind == "file" else "model.normalization",
-                    "fit for the density's field", str(error)) from None  # fmt: skip
+    needed = ds.kernel_lmax(profile)
+    if density.lmax < needed:
+        raise _fail(
+            "density.lmax",
+            f"at least {needed} to resolve the kernel at beta = {model.beta:g} (its Funk-Hecke "
+            f"eigenvalues past 2 lmax/3 below {dc.KERNEL_TAIL:g} of the first)",
+            density.lmax,
+            hint="Raise density.lmax or lower model.beta.",
+        )
+    return ds.make_sphere_field(
+        profile, lmax=density.lmax, labels=labels, factor=factor, normalization=model.normalization
+    )
 
 
 def build_density(config: Config) -> DensityRun:
@@ -395,12 +275,12 @@ def build_density(config: Config) -> DensityRun:
     field = _checked_field(config, profile, labels, factor)
     if density.grid is not None:
         domain, rotation = "circle", None
-        state0 = _circle_initial(config, labels, density.grid)
+        state0 = circle_initial(config, labels, density.grid)
         safe = dc.safe_dt(field)
     else:
         domain = "sphere"
         rotation = _rope_omega(config) * np.asarray(labels.nodes) if config.gauge.kind == "rope" else None
-        state0 = _sphere_initial(config, field, labels, rotation)
+        state0 = sphere_initial(config, field, labels, rotation)
         safe = ds.safe_dt(field)
     if solver.dt > safe:
         raise _fail(

@@ -1,0 +1,151 @@
+"""The initial law of a density run, from a config's ``[density]`` section (on the label nodes).
+
+- ``init = "uniform"``: ``(1 + amplitude cos(mode (θ − φ_ξ))) / 2π`` on S^1, ``(1 + amplitude
+  P_mode(⟨x, c_ξ⟩)) / 4π`` on S^2, a phase ``φ_ξ`` or a direction ``c_ξ`` per label drawn from ``seed``
+  (NumPy's PCG64);
+- ``init = "vmf"``: the mixture ``Σ_j w_j vMF(c_j, κ)``, the same law for every label;
+- ``init = "file"`` (S^1): the values on the grid, ``(L, M)`` or ``(M,)``, finite, non-negative, of
+  positive mass in every row.
+
+Each label's slice has mass 1 (rows rescaled by the trapezoid rule, exact for the interpolant; on S^2
+the harmonic projection divided by its mass). On S^2 the solver holds gauge-frame slices
+``g_ξ(u) = f_ξ(Q(ξ)ᵀ u)``: a RoPE turn ``R_z(α_ξ)`` turns the law's directions by ``α_ξ``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.special
+
+from attnflow.io.arrays import ArrayFileError, load_array
+from attnflow.io.config import Config, ConfigError
+from attnflow.numerics import density_circle as dc
+from attnflow.numerics import density_sphere as ds
+
+__all__ = ["circle_initial", "load_checked", "sphere_initial"]
+
+
+def _fail(key: str, constraint: str, value) -> ConfigError:
+    return ConfigError.from_parts(key, constraint, value)
+
+
+def load_checked(key: str, path) -> np.ndarray:
+    """The array of the file named by ``key`` (``.npy``), finite everywhere, or a ``ConfigError``
+    naming ``key`` (the density's label, gauge, factor and initial-density files)."""
+    try:
+        array = load_array(path)
+    except ArrayFileError as error:
+        raise _fail(key, error.constraint, error.value) from None
+    if not np.all(np.isfinite(array)):
+        bad = int(np.sum(~np.isfinite(array)))
+        raise _fail(key, "finite everywhere", f"{path} with {bad} non-finite entries")
+    return array
+
+
+def _random_phases(seed: int, count: int) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(0.0, 2.0 * np.pi, count)
+
+
+def circle_initial(config: Config, labels: dc.LabelQuadrature, grid: int) -> dc.CircleDensity:
+    density, count = config.density, labels.size
+    theta = dc.grid_angles(grid)
+    if density.init == "uniform":
+        phase = _random_phases(density.seed, count)[:, None]
+        values = (1.0 + density.amplitude * np.cos(density.mode * (theta[None, :] - phase))) / (2 * np.pi)
+    elif density.init == "vmf":
+        values = np.zeros(grid)
+        for center, weight in zip(density.centers, _mixture_weights(density), strict=True):
+            angle = math.atan2(center[1], center[0])
+            kappa = density.kappa
+            values += (
+                weight
+                * np.exp(kappa * (np.cos(theta - angle) - 1.0))
+                / (2 * np.pi * scipy.special.ive(0, kappa))
+            )
+    else:
+        values = _checked_file(density.path, count, grid)
+    return dc.make_circle_density(values, grid=grid, labels=count)
+
+
+def _checked_file(path, count: int, grid: int) -> np.ndarray:
+    """The initial density's grid values read from ``path``: ``(count, grid)`` or ``(grid,)``,
+    finite, non-negative, every row of positive mass."""
+    values = load_checked("density.path", path)
+    rows = values[None, :] if values.ndim == 1 else values
+    if rows.ndim != 2 or rows.shape[1] != grid or rows.shape[0] not in (1, count):
+        shapes = f"({count}, {grid}) (one row per label node) or ({grid},)" if count > 1 else f"({grid},)"
+        raise _fail(
+            "density.path",
+            f"an array of shape {shapes}: the values on the grid",
+            f"{path} with shape {values.shape}",
+        )
+    if rows.min() < 0.0:
+        row, column = np.unravel_index(int(np.argmin(rows)), rows.shape)
+        raise _fail(
+            "density.path",
+            "non-negative (a density)",
+            f"{rows.min():.3g} at label row {row}, angle index {column}",
+        )
+    empty = np.flatnonzero(rows.sum(axis=1) <= 0.0)
+    if empty.size:
+        raise _fail(
+            "density.path",
+            "of positive mass in every row (each is rescaled to mass 1)",
+            f"zero mass in row {int(empty[0])}",
+        )
+    return rows
+
+
+def _mixture_weights(density) -> np.ndarray:
+    count = len(density.centers)
+    weights = (
+        np.full(count, 1.0) if density.weights is None else np.asarray(density.weights, dtype=np.float64)
+    )
+    return weights / weights.sum()
+
+
+def _random_directions(seed: int, count: int) -> np.ndarray:
+    v = np.random.default_rng(seed).standard_normal((count, 3))
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def _rotate_z(vectors: np.ndarray, angles: np.ndarray) -> np.ndarray:
+    """``R_z(α_l) v`` for vectors ``(L, 3)`` (or ``(3,)``, broadcast) and angles ``(L,)``."""
+    v = np.broadcast_to(vectors, (angles.size, 3))
+    c, s = np.cos(angles), np.sin(angles)
+    return np.stack([c * v[:, 0] - s * v[:, 1], s * v[:, 0] + c * v[:, 1], v[:, 2]], axis=1)
+
+
+def sphere_initial(config: Config, field: ds.SphereDensityField, labels, rotation) -> ds.SphereDensity:
+    """The gauge-frame slices ``g_l(u) = f_l(Q_lᵀ u)`` of the initial law: its directions turned
+    by ``Q_l`` (a RoPE turn about the third axis), on the grid, then projected on the harmonics
+    and each slice rescaled to mass 1."""
+    density, count = config.density, labels.size
+    angles = np.zeros(count) if rotation is None else rotation
+    points = np.asarray(field.grid_points())  # (3, nlat, nlon)
+    if density.init == "uniform":
+        directions = _rotate_z(_random_directions(density.seed, count), angles)
+        cosines = np.einsum("lc,cab->lab", directions, points)
+        wave = scipy.special.eval_legendre(density.mode, cosines)
+        values = (1.0 + density.amplitude * wave) / (4 * np.pi)
+    else:
+        values = np.zeros((count, *points.shape[1:]))
+        kappa = density.kappa
+        norm = kappa / (2 * np.pi * -np.expm1(-2 * kappa))
+        for center, weight in zip(density.centers, _mixture_weights(density), strict=True):
+            c = np.asarray(center, dtype=np.float64) / np.linalg.norm(center)
+            cosines = np.einsum("lc,cab->lab", _rotate_z(c, angles), points)
+            values += weight * norm * np.exp(kappa * (cosines - 1.0))
+    return _sphere_projection(field, jnp.asarray(values))
+
+
+@jax.jit
+def _sphere_projection(field: ds.SphereDensityField, values: jax.Array) -> ds.SphereDensity:
+    """The harmonics of grid values ``(L, nlat, nlon)``, each slice rescaled to mass 1 (one compiled
+    program: the transform's operations one by one would each compile)."""
+    state = field.initial(values)
+    return ds.SphereDensity(a=state.a / field.mass(state)[:, None, None])
