@@ -5,6 +5,11 @@ the sphere, the example, and bad input (one line, exit 2, nothing written)."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -296,3 +301,27 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, changes, w
     for word in words:
         assert word in message, (word, message)
     assert not out.exists()
+
+
+def test_a_sigkilled_run_keeps_every_completed_snapshot(tmp_path):
+    config = _write(tmp_path, _changed(CIRCLE, {"solver": {"t_end": 5000.0, "save_every": 0.05}}), f0=_f0(3))
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    command = [sys.executable, "-m", "attnflow", "run", str(config), "--out", str(out)]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if (out / "density.zarr").exists() and read_density(out / "density.zarr", arrays=()).ts.size >= 3:
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("the run never stored 3 snapshots")
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    stored = read_density(out / "density.zarr")
+    assert stored.status == "incomplete" and stored.ts.size >= 3
+    assert np.all(np.isfinite(stored.arrays["f"]))
+    np.testing.assert_allclose(2 * np.pi * stored.arrays["f"].mean(axis=-1), 1.0, rtol=1e-13)  # whole laws
+    np.testing.assert_allclose(np.diff(stored.ts), 0.05, rtol=1e-12)  # a contiguous prefix of the times
