@@ -332,7 +332,8 @@ def test_unknown_key_and_section_list_what_is_allowed():
     assert "got 'methd'. Unknown key; did you mean 'method'? Allowed keys: method, dt," in message
     message = error_message({"solvr": {}})
     assert "`solvr` must be one of the sections; got 'solvr'" in message
-    assert "Allowed sections: model, aux, gauge, factor, init, solver, storage, attention, density." in message
+    sections = "model, aux, gauge, factor, init, solver, storage, attention, density"
+    assert f"Allowed sections: {sections}." in message
 
 
 @pytest.mark.parametrize(
