@@ -106,7 +106,8 @@ def write_series_figure(
     for ax, key in zip(axes, shown, strict=True):
         name, log = _SERIES[key]
         values = np.asarray(series[key], dtype=float)
-        ax.plot(ts, np.maximum(values, 1e-300) if log else values, color="C0")
+        shown = np.where(values > 0, values, np.nan) if log else values  # a log scale leaves zeros out
+        ax.plot(ts, shown, color="C0")
         if log:
             ax.set_yscale("log")
         ax.set(title=name, xlabel="t")
