@@ -6,7 +6,7 @@ against every experiment of ``attnflow reproduce`` (full sizes, or ``--quick``),
 A cell is the first row that fails (its metric), "cannot act" where the mutant's field is the real
 one at every run's initial state, or PASS where every row passes (the cells listed in
 tests/mutants.py BLIND, with their reasons). The run stops, per cell, at the first failing job, so a
-full-size table costs a fraction of 13 full reproductions.
+full-size table costs a fraction of 14 full reproductions (one per mutant).
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 
 A mutant is the real vector field with one part of the model done wrong: the sign, beta, the clock,
 the gauge, the labels, Q^T for Q, the values, the factor, the causal mask, the softmax, the
-expansion's tolerance. ``solve`` is replaced, in every attnflow module that imported it, by a
+expansion's tolerance, the layer norm (post-LN instead of the configured one; under a layer norm
+the other mutants change its layer). ``solve`` is replaced, in every attnflow module that imported it, by a
 function that swaps the field it is given for its mutant and calls the real ``solve``: every
 simulated experiment and every realisation really runs the wrong field. The mutant is an instance
 of a subclass of the field's class (``Mutant[<name>]``) that applies the mutation inside its
@@ -12,10 +13,11 @@ of a subclass of the field's class (``Mutant[<name>]``) that applies the mutatio
 (nor for another mutant) can stand in for it.
 
 A mutant *can act* on a run when the part it changes is in the run's field (:func:`acts`: a gauge,
-an asymmetric gauge for Q^T, a factor, a mask, the softmax, the expansion; the sign, beta and the
-clock always). Where it cannot, its field is the real one (:func:`changes` evaluates both), no row
-can notice it, and the table says so (:data:`CANNOT_ACT`). :data:`BLIND` lists the cells where it
-acts and every row still passes, with the reason (docs/mutants.md).
+an asymmetric gauge for Q^T, a factor, a mask, the softmax, the expansion, a layer norm other than
+post-LN; the sign, beta and the clock always). Where it cannot, its field is the real one
+(:func:`changes` evaluates both), no row can notice it, and the table says so (:data:`CANNOT_ACT`).
+:data:`BLIND` lists the cells where it acts and every row still passes, with the reason
+(docs/mutants.md).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import attnflow.numerics.solve as solve_module
 from attnflow.core import factors, gauges
 from attnflow.numerics.dynamics import AttentionField
 from attnflow.numerics.heads_field import HeadsField
+from attnflow.numerics.layer_norms import LayerNormField
 from attnflow.workflows import realize, reproduce  # noqa: F401  (realize: its solve is patched)
 
 # the field of a mutant differs from the real one by more than this (relative to max |v|) at the
@@ -55,10 +58,12 @@ MUTANTS = {
     "causal ignored": "no mask",
     "sa as usa": "the softmax rows replaced by 1/n",
     "expansion loosened": f"the expansion's tolerance times {LOOSER:g}",
+    "layer norm dropped": "post-LN instead of the configured layer norm (pre, peri: dz/dt = r P_x A, "
+    "the radius held)",
 }
 
 
-_ALL = tuple(f"E{k}" for k in range(15))
+_ALL = tuple(f"E{k}" for k in range(16))
 _BARE = ("E0", "E10", "E11", "E12", "E14")  # no gauge, no factor (E10-E12: layers without them)
 _NO_GAUGE = (*_BARE, "E4", "E5")
 # Where a mutant cannot act: the part it changes is not there (its field is the real one; checked
@@ -74,6 +79,7 @@ CANNOT_ACT = {
     **{("causal ignored", e): "no mask" for e in _ALL if e != "E10"},
     **{("sa as usa", e): "usa already" for e in _ALL if e not in ("E10", "E14")},
     **{("expansion loosened", e): "the exact path" for e in _ALL if e != "E14"},
+    **{("layer norm dropped", e): "post-LN already" for e in _ALL if e != "E15"},
 }
 # Where a mutant acts on the field but no measured value can tell it from the real one in law (the
 # reasons are in docs/mutants.md); every other acting cell has a failing row.
@@ -189,6 +195,8 @@ def _wrong_heads_field(field: HeadsField, name: str) -> HeadsField:
 
 def wrong_field(field, name: str):
     """The real field with the mutation ``name`` (an instance of the real field's class)."""
+    if isinstance(field, LayerNormField):  # the layer's mutation, under the same norm
+        return dataclasses.replace(field, layer=wrong_field(field.layer, name))
     if isinstance(field, HeadsField):
         return _wrong_heads_field(field, name)
     if isinstance(field, AttentionField):
@@ -208,12 +216,26 @@ def mutant_class(base: type, name: str) -> type:
 
     def __call__(self, x):
         real = base(**{f.name: getattr(self, f.name) for f in dataclasses.fields(base)})
+        if name == "layer norm dropped":
+            return _post_instead(real, x)
         v = base.__call__(real if name in _SCALES else wrong_field(real, name), x)
         return v if scale == 1.0 else scale * v
 
     cls = type(f"Mutant[{name}]", (base,), {"__call__": __call__, "__module__": __name__})
     _CLASSES[base, name] = cls
     return cls
+
+
+def _post_instead(field, state):
+    """The velocity of ``state`` under post-LN instead of ``field``'s layer norm: the layer's own
+    field (nGPT: on the sphere); for pre and peri (``state`` is ``z = r x``) ``r P_x A``, so that the
+    direction moves as under post-LN and the radius does not change."""
+    if not isinstance(field, LayerNormField) or field.kind == "post":
+        return field(state)
+    if not field.radial:
+        return field.layer(state)
+    r = jnp.linalg.norm(state, axis=-1, keepdims=True)
+    return r * field.layer(state / r)
 
 
 def mutant(field, name: str):
@@ -268,6 +290,10 @@ def acts(field, name: str, x0=None) -> bool:  # noqa: ARG001  (x0: the signature
     not, the mutant's field is the real one (``changes`` checks it numerically)."""
     if name in _SCALES or name in _BETAS:
         return True
+    if name == "layer norm dropped":
+        return isinstance(field, LayerNormField) and field.kind != "post"
+    if isinstance(field, LayerNormField):  # the other mutants act on the layer
+        field = field.layer
     if name == "causal ignored":
         return field.causal is not False
     if name == "sa as usa":

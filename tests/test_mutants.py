@@ -1,9 +1,10 @@
 """The mutation test of the reproduction (issue 25): every wrong simulator of :mod:`mutants` (the
 sign, beta x 0.5 and x 2, the clock x 0.5 and x 2, the gauge ignored, the labels shuffled, Q^T for Q,
 the values swapped, the factor ignored, the mask ignored, sa computed as usa, the expansion's
-tolerance loosened) fails at least one row of every experiment in which it can act, at the quick
-sizes; the cells where it cannot act, or acts without a trace in law, are the ones listed in
-:data:`mutants.CANNOT_ACT` and :data:`mutants.BLIND` (docs/mutants.md gives the reasons).
+tolerance loosened, the layer norm dropped) fails at least one row of every experiment in which it
+can act, at the quick sizes; the cells where it cannot act, or acts without a trace in law, are the
+ones listed in :data:`mutants.CANNOT_ACT` and :data:`mutants.BLIND` (docs/mutants.md gives the
+reasons).
 
 The runs are shared (one module-scoped table); in each cell the mutant's jobs run one at a time
 and stop at the first failing row. scripts/mutants_table.py writes the same table at full size.
@@ -65,8 +66,8 @@ def test_a_mutant_is_its_own_program_and_moves_otherwise():
         assert type(wrong).__name__ == f"Mutant[{name}]"
         assert program_cache.split_field(wrong)[0] != real_key
         assert mutants.acts(sim.field, name) and mutants.changes(sim.field, name, x), name
-    # no factor, no mask, usa, exact: these cannot act on E1 (the field is the real one)
-    for name in ("factor ignored", "causal ignored", "sa as usa", "expansion loosened"):
+    # no factor, no mask, usa, exact, post-LN: these cannot act on E1 (the field is the real one)
+    for name in ("factor ignored", "causal ignored", "sa as usa", "expansion loosened", "layer norm dropped"):
         assert not mutants.acts(sim.field, name) and not mutants.changes(sim.field, name, x), name
         assert float(jnp.max(jnp.abs(mutants.mutant(sim.field, name)(x) - sim.field(x)))) == 0.0
 
@@ -80,7 +81,8 @@ def test_cannot_act_means_the_same_field():
     x = jnp.asarray(build_module.make_initial(config, sim.kernel.gauge, sim.x0.dtype))
     quiet = [name for name in mutants.MUTANTS if not mutants.acts(sim.field, name)]
     assert set(quiet) == {"gauge ignored", "labels shuffled", "Q^T for Q", "values swapped", "factor ignored",
-                          "causal ignored", "sa as usa", "expansion loosened"}  # fmt: skip
+                          "causal ignored", "sa as usa", "expansion loosened",
+                          "layer norm dropped"}  # fmt: skip
     for name in quiet:
         assert not mutants.changes(sim.field, name, x), name
 

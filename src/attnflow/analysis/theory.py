@@ -43,6 +43,7 @@ Certificates
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -235,8 +236,9 @@ def second_token_angle(ts, x0, x1, *, query, key, beta: float, strict: bool = Fa
     return solution.y[0]
 
 
-def equiangular_rho(ts, *, rho0: float, n: int, beta: float, c: float = 1.0,
-                    normalization: str = "usa") -> np.ndarray:
+def equiangular_rho(
+    ts, *, rho0: float, n: int, beta: float, c: float = 1.0, normalization: str = "usa"
+) -> np.ndarray:
     """``ρ(t)`` of the equiangular reduction (all pairwise cosines equal, ``Q = I``, ``w = 1``, exp
     profile), solved to ``1e-13``: "usa" ``dρ/dt = (2c/n) e^{βρ}(1 − ρ)((n − 1)ρ + 1)``; "sa"
     ``dρ/dt = 2 e^{βρ}(1 − ρ)((n − 1)ρ + 1)/(e^β + (n − 1) e^{βρ})`` (the softmax has no ``c``).
@@ -256,6 +258,130 @@ def equiangular_rho(ts, *, rho0: float, n: int, beta: float, c: float = 1.0,
     solution = scipy.integrate.solve_ivp(rate, (0.0, float(ts.max(initial=0.0))), [rho0], t_eval=ts,
                                          method="DOP853", rtol=1e-13, atol=1e-15)  # fmt: skip
     return solution.y[0]
+
+
+LAYER_NORMS = ("post", "pre", "peri", "ngpt")
+
+
+def _check_layer_norm(where: str, normalization: str, layer_norm: str, alpha: float) -> None:
+    if normalization not in ("usa", "sa"):
+        raise ValueError(f"{where}: `normalization` must be 'usa' or 'sa'; got {normalization!r}.")
+    if layer_norm not in LAYER_NORMS:
+        raise ValueError(f"{where}: `layer_norm` must be one of {LAYER_NORMS}; got {layer_norm!r}.")
+    if not alpha > 0:
+        raise ValueError(f"{where}: `alpha` must be positive; got {alpha!r}.")
+
+
+def equiangular_layer_norm_rates(
+    deficit: float,
+    r: float,
+    *,
+    n: int,
+    beta: float,
+    c: float = 1.0,
+    normalization: str = "usa",
+    layer_norm: str = "post",
+    alpha: float = 1.0,
+) -> tuple[float, float]:
+    """``(dρ/dt, dr/dt)`` of equiangular tokens with cosine ``ρ = 1 − deficit`` and radius ``r``
+    under a layer norm (:mod:`attnflow.numerics.layer_norms`), ``Q = I``, ``w = 1``, exp profile.
+
+    With ``s = 1 + (n − 1)ρ`` and ``S = Σ_j x_j``, the attention output is
+    ``A_i = k (e^β x_i + e^{βρ} Σ_{j≠i} x_j)``, ``k = c/n`` (usa) or ``1/(e^β + (n − 1)e^{βρ})`` (sa):
+
+    - radial part ``⟨x_i, A_i⟩ = k g``, ``g = e^β + (n − 1)ρ e^{βρ}``;
+    - tangent part ``P_{x_i} A_i = k e^{βρ}(S − s x_i)``: ``⟨P_{x_i} A_i, x_j⟩ = k e^{βρ} s(1 − ρ)``
+      for ``j ≠ i`` and ``|P_{x_i} A_i|² = k² e^{2βρ} s(n − 1)(1 − ρ)``;
+    - ``|A_i| = k h``, ``h = (g² + e^{2βρ} s(n − 1)(1 − ρ))^{1/2}``.
+
+    Each norm moves ``x_i`` along ``P_{x_i} A_i`` at a speed factor ``σ``, so ``dρ/dt`` is ``σ`` times
+    post-LN's ``2 k e^{βρ} s(1 − ρ)`` (:func:`equiangular_rho`):
+
+    - ``post``: ``σ = 1``, ``dr/dt = 0``;
+    - ``pre`` (``dz/dt = A``): ``σ = 1/r``, ``dr/dt = k g``;
+    - ``peri`` (``dz/dt = A/|A|``): ``σ = 1/(r k h)``, ``dr/dt = g/h``;
+    - ``ngpt`` (``dx/dt = α P_x(A/|A|)``): ``σ = α/(k h)``, ``dr/dt = 0``.
+
+    ``k`` cancels from peri and nGPT: they see neither ``c`` nor the softmax, but they see β."""
+    _check_layer_norm("equiangular_layer_norm_rates", normalization, layer_norm, alpha)
+    rho = 1.0 - deficit
+    b = np.exp(beta * rho)
+    s = 1.0 + (n - 1) * rho
+    k = c / n if normalization == "usa" else 1.0 / (np.exp(beta) + (n - 1) * b)
+    g = np.exp(beta) + (n - 1) * rho * b
+    h = np.sqrt(g * g + b * b * s * (n - 1) * max(deficit, 0.0))
+    closing = 2.0 * k * b * s * deficit  # post-LN's drho/dt
+    if layer_norm == "post":
+        return closing, 0.0
+    if layer_norm == "pre":
+        return closing / r, k * g
+    if layer_norm == "peri":
+        return closing / (r * k * h), g / h
+    return alpha * closing / (k * h), 0.0
+
+
+class EquiangularFlow(NamedTuple):
+    """The equiangular reduction's solution at the times asked for (each ``(T,)``)."""
+
+    rho: np.ndarray  # the common cosine ρ(t)
+    deficit: np.ndarray  # 1 − ρ(t), solved for itself (accurate where ρ rounds to 1)
+    radius: np.ndarray  # r(t) (1 for post and nGPT)
+
+
+def equiangular_layer_norm(
+    ts,
+    *,
+    rho0: float,
+    n: int,
+    beta: float,
+    c: float = 1.0,
+    normalization: str = "usa",
+    layer_norm: str = "post",
+    alpha: float = 1.0,
+) -> EquiangularFlow:
+    """``ρ(t)``, ``1 − ρ(t)`` and ``r(t)`` of the equiangular reduction under a layer norm, every
+    radius 1 at ``t = 0`` (:func:`equiangular_layer_norm_rates`, solved for ``(1 − ρ, r)`` to a
+    relative ``1e-13``).
+
+    Tokens with every pairwise cosine equal (and every radius equal) stay so: the field is
+    equivariant under permutations and orthogonal maps, and an orthogonal map permutes equiangular
+    tokens. With a gauge and the gradient value the same holds in the gauge frame ``u_i = Q_i x_i``
+    (``|A_i|`` and ``⟨x_i, A_i⟩`` are those of the gauge-free field at ``u``), so ``x_i`` tends to the
+    orbit point ``Q_iᵀ u*`` at the speed of this ODE (:func:`equiangular_orbit_residual`), under
+    every norm.
+
+    Near ``ρ = 1`` (``h → g → n e^β``): post collapses at ``2 c e^β`` (usa), nGPT at ``2α``; pre's
+    radius grows like ``c e^β t`` and peri's like ``t``, so for both ``1 − ρ`` decays like ``t^{−2}``."""
+    import scipy.integrate
+
+    _check_layer_norm("equiangular_layer_norm", normalization, layer_norm, alpha)
+    options = dict(n=n, beta=beta, c=c, normalization=normalization, layer_norm=layer_norm, alpha=alpha)
+
+    def rate(_, state):
+        closing, growing = equiangular_layer_norm_rates(state[0], state[1], **options)
+        return [-closing, growing]
+
+    ts = np.asarray(ts, dtype=np.float64)
+    solution = scipy.integrate.solve_ivp(
+        rate,
+        (0.0, float(ts.max(initial=0.0))),
+        [1.0 - rho0, 1.0],
+        t_eval=ts,
+        method="DOP853",
+        rtol=1e-13,
+        atol=1e-300,  # relative accuracy down to any deficit
+    )
+    deficit = solution.y[0]
+    return EquiangularFlow(rho=1.0 - deficit, deficit=deficit, radius=solution.y[1])
+
+
+def equiangular_orbit_residual(deficit, n: int):
+    """``|u_i − u*|`` of ``n`` equiangular unit vectors with cosine ``ρ = 1 − deficit`` (``u*`` their
+    normalised mean): ``⟨u_i, u*⟩ = (s/n)^{1/2}``, ``s = 1 + (n − 1)ρ``, so the distance is
+    ``(2 − 2(s/n)^{1/2})^{1/2}``, computed without cancellation from the deficit. For a gauge frame
+    ``u_i = Q_i x_i`` it is the distance of ``x_i`` to its orbit point ``Q_iᵀ u*``."""
+    spread = (n - 1) / n * np.asarray(deficit, dtype=np.float64)  # 1 - s/n
+    return np.sqrt(2.0 * spread / (1.0 + np.sqrt(np.maximum(1.0 - spread, 0.0))))
 
 
 # --------------------------------------------------------------------------- maximiser sets
@@ -556,6 +682,7 @@ def certify(kernel: Kernel, x) -> Certificate:
 __all__ = [
     "Certificate",
     "ClusterPrediction",
+    "EquiangularFlow",
     "LatitudeCircle",
     "SpectralCriterion",
     "antipodal_energy",
@@ -569,6 +696,9 @@ __all__ = [
     "dirac_energy",
     "energy_max",
     "first_token_rate",
+    "equiangular_layer_norm",
+    "equiangular_layer_norm_rates",
+    "equiangular_orbit_residual",
     "equiangular_rho",
     "leading_eigenspace",
     "great_circle",

@@ -58,4 +58,11 @@ WHY: dict[str, str] = {
     "it to 1e-8 at several times, on the exact and on the expansion path. Most other experiments end "
     "in a β-independent state; a wrong β, a clock at half speed or a softmax computed as usa fails "
     "here.",
+    "E15": "Where a layer norm puts the attention output changes only the speed of the flow. Tokens "
+    "started equiangular stay so under post-, pre-, peri-LN and nGPT, and each norm closes an ODE for "
+    "their cosine ρ(t) (and their radius r(t) under pre and peri): post and nGPT collapse "
+    "exponentially, pre and peri like t^-2 because their tokens grow. With RoPE the gauge frame "
+    "follows the same ODE under every norm, so the content still tends to the orbit Q(ξ_i)^T u*: the "
+    "orbit limit survives each norm, only its speed changes. A dropped norm, a wrong β or a wrong "
+    "clock fails here.",
 }

@@ -212,7 +212,8 @@ def make_factor(config: Config, xi: np.ndarray, dtype, *, slope: float | None = 
 
 
 def make_initial(config: Config, gauge: gauges.Gauge, dtype) -> jax.Array:
-    """Initial data; a cap is centred in the gauge frame (``x0_i = Q(ξ_i)ᵀ u0_i``)."""
+    """Initial data; a cap and equiangular data are made in the gauge frame (``x0_i = Q(ξ_i)ᵀ u0_i``:
+    the gauge frame of equiangular data is equiangular, as the reduction under every norm needs)."""
     init, n, d = config.init, config.model.n, config.model.d
     key = init.seed  # NumPy's PCG64 stream: the same initial data as a NumPy reference code
     if init.kind == "uniform":
@@ -221,7 +222,7 @@ def make_initial(config: Config, gauge: gauges.Gauge, dtype) -> jax.Array:
         u0 = sphere.sample_cap(key, n, init.center, sigma=init.sigma, dtype=dtype)
         return gauge.apply_transpose(u0)
     if init.kind == "equiangular":
-        return sphere.equiangular(n, d, init.rho0, dtype=dtype)
+        return gauge.apply_transpose(sphere.equiangular(n, d, init.rho0, dtype=dtype))
     x0 = _load_array("init.path", init.path, (n, d))
     # Each row scaled by its largest entry first: rows near the float64 maximum (~1e308) would
     # overflow the norm and become zero rows; the direction is unchanged.

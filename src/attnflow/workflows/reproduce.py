@@ -35,6 +35,10 @@ value an expectation can name (:mod:`attnflow.workflows.reproduce_measure`,
   per evaluation), and the jobs of E0-E6 share one compiled program per size, whatever
   their gauge and factor (the numbers are the program's arguments); measurement and figures keep
   the experiment's own kernel (a gauge frame only where there is a gauge).
+- Layer norms: an experiment file may set ``model.layer_norm`` (E15: :func:`_own_layer_norm`); one
+  set only by ``overrides`` is refused by ``build`` in one line. The tabulated field keeps the norm
+  around it, and the states ``z = r x`` of pre- and peri-LN runs are measured as their directions
+  and radii.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ from attnflow.io.config import Config
 from attnflow.io.outcomes import FigureData, JobResult, Outcome
 from attnflow.numerics import batch, placement, program_cache
 from attnflow.numerics.dynamics import make_vector_field
+from attnflow.numerics.layer_norms import LayerNormField
 from attnflow.numerics.solve import solve
 from attnflow.workflows import realize
 from attnflow.workflows.build import Simulation, build, make_initial
@@ -98,7 +103,9 @@ def _tabulated_kernel(sim: Simulation, config: Config) -> Simulation:
     (softmax weights): elsewhere it says nothing about the field, and is False for every factor."""
     if sim.block_size is not None or sim.interaction != "exact":
         return sim
-    if hasattr(sim.field, "heads") or config.model.sources:  # a layer of heads, or held sources: as built
+    norm = sim.field if isinstance(sim.field, LayerNormField) else None
+    layer = sim.field if norm is None else norm.layer
+    if hasattr(layer, "heads") or config.model.sources:  # a layer of heads, or held sources: as built
         return sim
     q, w = _tables(sim.kernel)
     nonnegative = config.model.normalization == "sa" and sim.kernel.factor.nonnegative
@@ -108,6 +115,8 @@ def _tabulated_kernel(sim: Simulation, config: Config) -> Simulation:
     field = make_vector_field(
         kernel, normalization=model.normalization, causal=model.causal, value=model.value, block_size=None
     )
+    if norm is not None:  # the same layer norm around the tabulated field
+        field = dataclasses.replace(norm, layer=field)
     return dataclasses.replace(sim, kernel=kernel, field=field)
 
 
@@ -149,10 +158,17 @@ def _solve_seeds(sim: Simulation, x0: jax.Array, tick: Tick) -> dict:
     }
 
 
+def _own_layer_norm(job: Job) -> bool:
+    """Whether the experiment file itself runs a layer norm other than post (E15): ``build`` then
+    builds it; one set only by ``overrides`` (``--set``) is refused there, in one line."""
+    own = job.experiment.simulation_config(job.variant, job.n, quick=job.quick)
+    return own.model.layer_norm != "post"
+
+
 def _simulate(job: Job, tick: Tick) -> JobResult:
     start = time.perf_counter()
     config = job.simulation_config()
-    sim = build(config)
+    sim = build(config, layer_norms=_own_layer_norm(job))
     e_max = energy_max(sim.kernel)  # from the analytic factor (the theory dispatches on its type)
     solved_as = _tabulated_kernel(sim, config)
     x0 = jnp.stack([make_initial(_with_seed(config, s), sim.kernel.gauge, sim.x0.dtype) for s in job.seeds])
@@ -169,8 +185,12 @@ def _simulate(job: Job, tick: Tick) -> JobResult:
     tick(job.units() - ticked)  # runs that stopped early
     tick(0, stage="measuring")
     compile_s = solved["compile_s"]
+    xs, radii = solved["xs"], None
+    if sim.radial:  # pre- and peri-LN states z = r x: the directions and the radii
+        radii = np.linalg.norm(xs, axis=-1)
+        xs = xs / radii[..., None]
     values, figure = measure(
-        sim, solved["ts"], solved["xs"], job.seeds, job.experiment, e_max=e_max, tables=solved_as.kernel
+        sim, solved["ts"], xs, job.seeds, job.experiment, e_max=e_max, tables=solved_as.kernel, radii=radii
     )
     end = time.perf_counter()
     timing = {

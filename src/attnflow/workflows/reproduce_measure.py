@@ -21,6 +21,7 @@ Also the states a realisation's figure shows
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from functools import partial
 from typing import Any
@@ -34,6 +35,7 @@ from attnflow.analysis.plateaus import detect_plateaus
 from attnflow.analysis.summary import COLLAPSE_THRESHOLD, ENERGY_TOL
 from attnflow.core.kernel import Kernel
 from attnflow.io.outcomes import MEAN_COSINE_TOL, FigureData, time_label
+from attnflow.numerics.layer_norms import LayerNormField
 from attnflow.numerics.summation import energy
 from attnflow.workflows.build import Simulation
 from attnflow.workflows.experiments import Experiment
@@ -230,6 +232,7 @@ def measure(
     *,
     e_max: float | None,
     tables: Kernel | None = None,
+    radii: np.ndarray | None = None,
 ) -> tuple[list, FigureData]:
     """Per-seed values at the report times and at the end, from snapshots ``xs (T, B, n, d)``;
     ``e_max`` is the theory's maximal energy (:func:`attnflow.analysis.theory.energy_max`) or None.
@@ -238,7 +241,12 @@ def measure(
     from it (programs shared by every gauge and factor); a gauge frame is measured only where
     ``sim``'s gauge is not the identity. A layer of heads (``sim.field.heads``) is measured with
     ``sim.field.energy``, no ``e_max``, and the first head's gauge as the gauge frame (where it
-    acts in dimension ``d``)."""
+    acts in dimension ``d``). A layer norm (:class:`~attnflow.numerics.layer_norms.LayerNormField`) is
+    measured as its layer, on the directions ``xs``, with the radii ``radii (T, B, n)`` of pre and peri
+    (None otherwise) and the norm handed to the closed forms."""
+    norm = sim.field if isinstance(sim.field, LayerNormField) else None
+    if norm is not None:
+        sim = dataclasses.replace(sim, field=norm.layer)
     heads = hasattr(sim.field, "heads")
     if tables is not None and tables is not sim.kernel and (heads or sim.field.sources > 0):
         # the snapshots came from a field rebuilt from the tabulated kernel: the paper's field, which
@@ -261,7 +269,8 @@ def measure(
     gauge_mean_cos = _mean_cosines(us) if gauged else mean_cos
     layer, axis = is_layer(sim.field), _qk_axis(sim.field)
     w = np.asarray(kernel.factor.dense(), dtype=np.float64) if not heads else None
-    theory = theory_values(sim, w, ts, mean_cos, gauge_mean_cos, xs, us, experiment, axis=axis)
+    theory = theory_values(sim, w, ts, mean_cos, gauge_mean_cos, xs, us, experiment, axis=axis, norm=norm,
+                           radii=radii)  # fmt: skip
     indices = _time_indices(ts, experiment.report_times)
     values = []
     for b, seed in enumerate(seeds):

@@ -49,9 +49,17 @@ THEORY_METRICS = {
     "second_token_error": "|theta(t) - theta_ODE(t)|, theta the angle of the second token to the first one "
     "(which never moves) and theta_ODE the closed-form two-token motion of a causal softmax layer with "
     "values I (attnflow.analysis.theory.second_token_angle)",
-    "equiangular_error": "|mean_cosine(t) - rho(t)|, rho the equiangular reduction's ODE "
-    "(attnflow.analysis.theory.equiangular_rho) from the measured rho(0); equiangular data, Q = I, w = 1",
-    "equiangular_spread": "max_{i != j} |<x_i, x_j> - mean_cosine|: how far the state is from equiangular",
+    "equiangular_error": "|mean cosine(t) - rho(t)| of the gauge frame (the content without a gauge), rho "
+    "the equiangular reduction's ODE from the measured rho(0) (attnflow.analysis.theory.equiangular_rho; "
+    "under a layer norm, or with a gauge, equiangular_layer_norm); equiangular data, w = 1, gradient value",
+    "equiangular_spread": "max_{i != j} |<u_i, u_j> - mean cosine| of the gauge frame u: how far it is "
+    "from equiangular",
+    "equiangular_radius_error": "max_i |r_i(t)/r(t) - 1|, r_i the radii of pre- and peri-LN tokens and r(t) "
+    "the equiangular reduction's (attnflow.analysis.theory.equiangular_layer_norm)",
+    "equiangular_orbit_error": "|d(t)/d_ODE(t) - 1|, d = max_i |u_i - u*| the content's distance to its "
+    "orbit point Q_i^T u* (u* the gauge frame's normalised mean) and d_ODE its closed form from the "
+    "reduction's 1 - rho(t) (attnflow.analysis.theory.equiangular_orbit_residual); with a gauge",
+    "mean_radius": "the mean radius of the tokens (pre- and peri-LN; 1 on the sphere)",
 }
 RATE_WINDOW = (1e-9, 1e-4)  # 1 - mean cosine: linear regime (|eps| ~ 1e-2: corrections 1e-4 relative),
 # 100x above the error floor of DP5 at rtol 1e-5 (1e-11, seen after the collapse)
@@ -100,6 +108,38 @@ def realisation_rate_ratio(ts, us, *, beta: float, c: float) -> float | None:
     return fitted / slowest
 
 
+def _equiangular_values(ts, mean_cos, gauge_mean_cos, us, radii, *, kind: str, alpha: float, gauged: bool,
+                        **options) -> dict[str, Any]:  # fmt: skip
+    """The equiangular values of one seed (cosines ``(T,)``, gauge frame ``us (T, n, d)``, radii
+    ``(T, n)`` or None): without a gauge and a layer norm, E14's ODE (``equiangular_rho``); else the
+    reduction under the norm in the gauge frame (conjugate to the gauge-free flow under every norm,
+    for the gradient value: ``equiangular_layer_norm``), the radii's error and the orbit's."""
+    from attnflow.analysis import theory
+
+    n = us.shape[1]
+    if kind == "post" and not gauged:
+        rho, deficit, radius = theory.equiangular_rho(ts, rho0=float(mean_cos[0]), n=n, **options), None, None
+    else:
+        flow = theory.equiangular_layer_norm(ts, rho0=float(gauge_mean_cos[0]), n=n, layer_norm=kind,
+                                             alpha=alpha, **options)  # fmt: skip
+        rho, deficit, radius = flow
+    gram = np.einsum("tid,tjd->tij", us, us)
+    off = ~np.eye(n, dtype=bool)
+    values = {
+        "equiangular_error": np.abs(gauge_mean_cos - rho),
+        "equiangular_spread": np.max(np.abs(gram[:, off] - gauge_mean_cos[:, None]), axis=1),
+    }
+    if radii is not None:
+        values["equiangular_radius_error"] = np.max(np.abs(radii / radius[:, None] - 1.0), axis=1)
+    if gauged:
+        centre = np.sum(us, axis=1)
+        centre /= np.linalg.norm(centre, axis=-1, keepdims=True)
+        distance = np.max(np.linalg.norm(us - centre[:, None], axis=-1), axis=1)
+        closed = theory.equiangular_orbit_residual(deficit, n)
+        values["equiangular_orbit_error"] = np.abs(distance / closed - 1.0)
+    return values
+
+
 def _identity_values(head) -> bool:
     """Values and output maps the identity (``W_V = W_O = I``)."""
     value, output = np.asarray(head.value), np.asarray(head.output)
@@ -126,11 +166,14 @@ def _is_layer(field) -> bool:
 
 
 def theory_values(sim: Simulation, w: np.ndarray | None, ts, mean_cos, gauge_mean_cos, xs, us,
-                  experiment: Experiment, *, axis=None) -> list[dict[str, Any]]:  # fmt: skip
+                  experiment: Experiment, *, axis=None, norm=None,
+                  radii=None) -> list[dict[str, Any]]:  # fmt: skip
     """:data:`THEORY_METRICS` of each seed (the same at every report time, except the equiangular
-    error and the second token's, ``(T,)`` per seed): ``w`` the factor matrix (None for heads),
+    values and the second token's error, ``(T,)`` per seed): ``w`` the factor matrix (None for heads),
     cosines ``(T, B)``, ``xs`` and the gauge frames ``us (T, B, n, d)``, ``axis`` the first head's
-    logit axis (the top eigenvector of sym(W_Qᵀ W_K))."""
+    logit axis (the top eigenvector of sym(W_Qᵀ W_K)); ``norm`` the layer norm the field ran under
+    (a :class:`~attnflow.numerics.layer_norms.LayerNormField`, ``sim.field`` its layer; None: post-LN)
+    and ``radii (T, B, n)`` its tokens' radii (pre, peri)."""
     from attnflow.analysis import theory
 
     field = sim.field
@@ -144,7 +187,8 @@ def theory_values(sim: Simulation, w: np.ndarray | None, ts, mean_cos, gauge_mea
     value = getattr(field, "value", "gradient") if not paper_head else (
         "gradient" if heads[0].values == "rotated" else "logits_only")  # fmt: skip
     unmasked = field.causal is False and field.sources == 0 and field.normalization == "usa"
-    plain = profile.kind == "exp" and unmasked and (not _is_layer(field) or paper_head)
+    kind, alpha = ("post", 1.0) if norm is None else (norm.kind, float(norm.alpha))
+    plain = profile.kind == "exp" and unmasked and (not _is_layer(field) or paper_head) and kind == "post"
     beta, c = float(profile.beta), float(profile.c)
     n = xs.shape[2]
     init = experiment.config.get("init", {}).get("kind", "uniform")
@@ -207,13 +251,15 @@ def theory_values(sim: Simulation, w: np.ndarray | None, ts, mean_cos, gauge_mea
                                               beta=beta, strict=field.causal == "strict")  # fmt: skip
             cosine = np.clip(np.einsum("td,d->t", xs[:, b, 1], xs[0, b, 0]), -1.0, 1.0)
             blank[b]["second_token_error"] = np.abs(np.arccos(cosine) - theta)
-    flat = w is not None and bool(np.all(w == 1.0)) and sim.kernel.gauge.is_identity
+    gauged = not sim.kernel.gauge.is_identity
+    flat = w is not None and bool(np.all(w == 1.0)) and (not gauged or value == "gradient")
+    if radii is not None:
+        for b in range(count):
+            blank[b]["mean_radius"] = np.mean(radii[:, b], axis=-1)
     if init == "equiangular" and flat and not _is_layer(field) and profile.kind == "exp":
         for b in range(count):
-            rho = theory.equiangular_rho(ts, rho0=float(mean_cos[0, b]), n=n, beta=beta, c=c,
-                                         normalization=field.normalization)  # fmt: skip
-            gram = np.einsum("tid,tjd->tij", xs[:, b], xs[:, b])
-            off = ~np.eye(n, dtype=bool)
-            blank[b]["equiangular_error"] = np.abs(mean_cos[:, b] - rho)
-            blank[b]["equiangular_spread"] = np.max(np.abs(gram[:, off] - mean_cos[:, b, None]), axis=1)
+            radii_b = None if radii is None else radii[:, b]
+            blank[b] |= _equiangular_values(ts, mean_cos[:, b], gauge_mean_cos[:, b], us[:, b], radii_b,
+                                            kind=kind, alpha=alpha, gauged=gauged, beta=beta, c=c,
+                                            normalization=field.normalization)  # fmt: skip
     return blank
