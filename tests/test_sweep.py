@@ -21,6 +21,7 @@ from attnflow.cli import app
 from attnflow.io.config import ConfigError, config_hash, load_config, resolved_dict
 from attnflow.io.results import read_results, write_results
 from attnflow.viz.phase import parse_metric, phase_figure, phase_table
+from attnflow.workflows.build import build
 from attnflow.workflows.run import run
 from attnflow.workflows.sweep import run_sweep
 from attnflow.workflows.sweep_plan import parse_grid, plan_sweep, split_values
@@ -122,6 +123,14 @@ def test_a_grid_through_a_value_left_out_of_the_resolved_config_at_its_default(b
     assert [p.values["model.layer_norm"] for p in plan.points] == ["post", "pre"]
     assert [p.config.model.layer_norm for p in plan.points] == ["post", "pre"]
     assert plan.points[0].hash == config_hash(load_config(base_file))
+
+
+def test_a_density_config_is_refused_before_any_point_runs(tmp_path):
+    example = Path(__file__).resolve().parents[1] / "examples" / "density_circle.toml"
+    with pytest.raises(ConfigError, match=r"`density` must be absent in a sweep"):
+        plan_sweep(load_config(example), [parse_grid("model.beta=1,2")])
+    with pytest.raises(ConfigError, match=r"`density` must be absent here"):
+        build(load_config(example))  # realize, reproduce, landscape: particles only
 
 
 BAD_GRIDS = [

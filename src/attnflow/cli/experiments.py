@@ -92,7 +92,8 @@ def reproduce(
         ),
     ] = False,
 ) -> None:
-    """Run the paper's experiments E0-E9, check every expectation, write the report."""
+    """Run the experiments (the paper's E0-E9 and E10-E15 beyond it), check every expectation, write
+    the report."""
     with user_errors():  # the option strings and the cache folder, before the library is imported
         only_text(only), sizes_text(sizes)
         check_cache_folder()
@@ -204,16 +205,17 @@ def realize(
 
 
 def _refuse_other_layer_norms(overrides: dict) -> None:
-    """The experiments' expectations are the paper's post-LN model's: another layer norm is refused
-    before any experiment starts (not once per experiment as a failed row)."""
+    """Each experiment's expectations are for the layer norm its file sets (post-LN but in E15):
+    another one given with --set is refused before any experiment starts (not once per experiment
+    as a failed row)."""
     from attnflow.io.config_errors import ConfigError
 
     layer_norm = overrides.get("model", {}).get("layer_norm", "post")
     if layer_norm != "post":
         raise ConfigError.from_parts(
             "model.layer_norm",
-            "'post' in reproduce (its expectations are the paper's post-LN model's; `attnflow run` and "
-            "`attnflow sweep` run the other layer norms)",
+            "'post' in reproduce (each experiment fixes its own layer norm: E15 runs all four; "
+            "`attnflow run` and `attnflow sweep` run any)",
             layer_norm,
             where="--set",
         )

@@ -375,6 +375,12 @@ def build(
     ``layer_norms``: whether the caller runs a ``model.layer_norm`` other than post (its state, and
     the radii of pre and peri, as ``attnflow run`` stores them); default ``streamed``. Other callers
     (the experiments, the landscape: post-LN models) refuse one in one line."""
+    if config.density is not None:  # sweep, realize, reproduce, landscape: particles only
+        raise ConfigError.from_parts(
+            "density",
+            "absent here (particles; `attnflow run` solves a config with a [density] section)",
+            "a [density] section",
+        )
     if config.model.layer_norm != "post" and not (streamed if layer_norms is None else layer_norms):
         raise ConfigError.from_parts(
             "model.layer_norm",

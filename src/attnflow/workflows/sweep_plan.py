@@ -180,6 +180,12 @@ def plan_sweep(base: Config, axes: Sequence[GridAxis], *, max_points: int | None
     refused before any is validated (``None``: no limit; the command line's ``--yes``).
     Raises ConfigError (``--grid: ...``).
     """
+    if base.density is not None:
+        raise ConfigError.from_parts(
+            "density",
+            "absent in a sweep (its points are particle runs; `attnflow run` solves a [density] config)",
+            "a [density] section",
+        )
     axes = tuple(axes)
     size = math.prod(len(axis.values) for axis in axes)
     if axes and max_points is not None and size > max_points:
