@@ -345,6 +345,7 @@ def accuracy(n: int = 2048, d: int = 3) -> list[dict]:
                     approx = jax.jit(field)(x)
                 except ValueError as error:
                     rows.append(row | {"error": str(error)})
+                    print(json.dumps(rows[-1]), flush=True)
                     continue
                 scale = float(kernel.profile.scale) if normalization == "usa" else 1.0
                 measured = float(jnp.max(jnp.linalg.norm(approx - exact, axis=1))) / scale
