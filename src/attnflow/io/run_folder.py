@@ -27,8 +27,8 @@ KeyboardInterrupt raised where it lands. What a folder needs is covered by the o
 writes, not by deferring the signal: every file is written whole or not at all
 (:mod:`attnflow.io.atomic`), a store's snapshot counts once its time is written after its state
 (:mod:`attnflow.io.store`), a reproduce record's JSON is written after its arrays, a run's
-status last (after its figures), and the lock dies with the process. So an interrupt at any
-moment leaves a folder that :func:`claimed` with ``resume`` continues.
+status last (after its figures: :func:`status_last`), and the lock dies with the process. So an
+interrupt at any moment leaves a folder that :func:`claimed` with ``resume`` continues.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ __all__ = [
     "claimed",
     "in_use",
     "remove",
+    "status_last",
 ]
 
 
@@ -300,3 +301,36 @@ def claimed(
         yield Claim(path=folder, layout=layout, resumed=resumed, created=created)
     finally:
         os.close(fd)
+
+
+# --------------------------------------------------------------------------- the status, last
+
+
+@contextlib.contextmanager
+def status_last(out_dir: Path, info: dict, close: Callable[[dict], None]) -> Iterator[dict]:
+    """``with status_last(out_dir, info, close) as summary:`` the body fills ``summary`` (metrics,
+    figures); then the status, last: ``close(metrics)`` closes the store (best effort: after a
+    failure of the machine the store's own status is what a reader sees) and ``metrics.json``
+    is written as ``{**summary, "run": info}``. Ctrl-C in the body records ``interrupted``, any
+    other failure ``error`` (with ``info["error"]``), never the run's own status, and is raised
+    again. Used by a particle run and a density run alike."""
+    from attnflow.io.atomic import write_json
+
+    summary: dict = {}
+
+    def record() -> None:
+        metrics = {**summary, "run": info}
+        with contextlib.suppress(Exception):
+            close(metrics)
+        write_json(out_dir / "metrics.json", metrics)
+
+    try:
+        yield summary
+    except BaseException as failure:
+        stopped = isinstance(failure, KeyboardInterrupt)
+        info["status"] = "interrupted" if stopped else "error"
+        if not stopped:
+            info["error"] = f"{type(failure).__name__}: {failure}"
+        record()
+        raise
+    record()

@@ -22,7 +22,6 @@ mean; ``slice_spread``, the same averaged over the label slices), their summary,
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import os
@@ -301,26 +300,16 @@ def _finish(
     info = _run_info(run, writer, series, status, steps, compile_time, start)
     if error is not None:
         info["error"] = f"{type(error).__name__}: {error}"
-    summary = series.summary()
-    try:
+    with run_folder.status_last(out_dir, info, functools.partial(_close, writer)) as summary:
+        summary.update(series.summary())
         if figures and summary:
             _write_figures(run, out_dir, summary["series"])
-    except BaseException as failure:
-        stopped = isinstance(failure, KeyboardInterrupt)
-        info["status"] = "interrupted" if stopped else "error"
-        if not stopped:
-            info["error"] = f"{type(failure).__name__}: {failure}"
-        _record(out_dir, writer, {**summary, "run": info})
-        raise
-    _record(out_dir, writer, {**summary, "run": info})
     return {**summary, "run": info}
 
 
-def _record(out_dir: Path, writer, metrics: dict) -> None:
+def _close(writer, metrics: dict) -> None:
     if writer is not None and not writer.closed:
-        with contextlib.suppress(Exception):  # best effort after a failure of the machine
-            writer.close(metrics["run"]["status"])
-    write_json(out_dir / "metrics.json", metrics)
+        writer.close(metrics["run"]["status"])
 
 
 def _write_figures(run: DensityRun, out_dir: Path, series: dict) -> list[Path]:

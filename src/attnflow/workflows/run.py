@@ -18,7 +18,6 @@ so that it too resumes bitwise.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
@@ -405,13 +404,12 @@ def _finish(
     info = _run_info(config, sim, writer, status, statistics, start)
     if error is not None:
         info["error"] = f"{type(error).__name__}: {error}"
-    summary: dict = {}
-    try:
+    with run_folder.status_last(out_dir, info, _closer(writer)) as summary:
         if snapshots is not None:
             snapshots.flush()
             info["snapshots"] = writer.n_snapshots
             if snapshots.summary.count > 0:
-                summary = snapshots.summary.result()
+                summary.update(snapshots.summary.result())
         if figures and summary:
             gauge = sim.kernel.gauge
             xs = np.stack([snapshots.first[1], snapshots.summary.last])  # the two states drawn
@@ -420,28 +418,22 @@ def _finish(
             write_figures(out_dir, summary["series"]["t"], xs, us, sim.xi, summary["series"], looks=looks)
             energy = summary["series"].get("energy")
             write_run_viewer(out_dir, n_snapshots=writer.n_snapshots, energy=energy)  # flushed: read back
-    except BaseException as failure:  # Ctrl-C while drawing: interrupted; anything else: error
-        stopped = isinstance(failure, KeyboardInterrupt)
-        info.update(status="interrupted" if stopped else "error")
-        if not stopped:
-            info["error"] = f"{type(failure).__name__}: {failure}"
-        _record(out_dir, writer, {**summary, "run": info})
-        raise
-    _record(out_dir, writer, {**summary, "run": info})
     return {**summary, "run": info}
 
 
-def _record(out_dir: Path, writer, summary: dict) -> None:
-    """Close the store and write ``metrics.json`` with the final status (best effort after a failure
-    of the machine: the store's status is then what a reader sees)."""
-    status = summary["run"]["status"]
-    series = summary.get("series")
-    if not (series and len(series.get("t", [])) == writer.n_snapshots):
-        series = None  # the metric series go into the store only when they cover every snapshot
-    if not writer.closed:
-        with contextlib.suppress(Exception):
-            writer.close(status, series=series)
-    write_json(out_dir / "metrics.json", summary)
+def _closer(writer) -> Callable[[dict], None]:
+    """Close the store with the run's status; the metric series go into the store only when they
+    cover every snapshot."""
+
+    def close(metrics: dict) -> None:
+        if writer.closed:
+            return
+        series = metrics.get("series")
+        if not (series and len(series.get("t", [])) == writer.n_snapshots):
+            series = None
+        writer.close(metrics["run"]["status"], series=series)
+
+    return close
 
 
 def replot(run_dir: str | os.PathLike) -> list[Path]:
