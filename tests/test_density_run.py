@@ -124,7 +124,7 @@ def test_an_under_resolved_run_exits_3_and_keeps_its_resolved_snapshots(tmp_path
     result = invoke("run", str(_write(tmp_path, config)), "--out", str(out))
     assert result.exit_code == 3, result.output
     assert "under_resolved" in result.stderr and len(result.stderr.strip().splitlines()) == 1
-    assert "raise `density.grid`" in result.stderr
+    assert "raise density.grid" in result.stderr
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["run"]["status"] == "under_resolved"
     stored = read_density(out / "density.zarr")

@@ -198,6 +198,8 @@ STATUS_HINTS = {  # what a status other than "ok" asks of the user
     "per snapshot: raise solver.max_steps, loosen solver.rtol and solver.atol, or use a fixed-step "
     "method)",
     "nonfinite": " (the state left the finite numbers: lower solver.dt or model.beta)",
+    "under_resolved": " (the density concentrated below what its grid resolves: raise density.grid or "
+    "density.lmax, or stop earlier with solver.t_end; the store keeps the resolved snapshots)",
 }
 
 

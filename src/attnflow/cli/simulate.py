@@ -70,35 +70,52 @@ def run(
         out = check_out_folder(out)
         layout = RUN if cfg.density is None else _density_layout()  # a [density] section: density.zarr
         check_claim(out, layout, resume=resume, overwrite=overwrite)  # a run folder: checked before JAX
-    if cfg.density is not None:  # the density instead of particles
-        _run_density(cfg, config, out, resume=resume, overwrite=overwrite)
-        return
-    from attnflow.numerics.lanes import use_cpu_cores
+    if cfg.density is None:
+        from attnflow.numerics.lanes import use_cpu_cores
+        from attnflow.workflows.run import run as execute
+
+        use_cpu_cores()  # large n: the tile lanes run on every core (results do not depend on it)
+    else:  # the density instead of particles
+        from attnflow.workflows.density_run import run_density as execute
+    metrics = _executed(execute, cfg, config, out, resume=resume, overwrite=overwrite)
+    info = metrics["run"]
+    if cfg.density is None:
+        rows = {k: metrics.get(k) for k in SUMMARY_KEYS}
+        rows.update({k: metrics[k] for k in RADIUS_KEYS if metrics.get(k) is not None})
+        rows.update(status=info["status"], steps=info["steps"], wall_time_s=info["wall_time_s"])
+        rows.update(folder=str(out), interaction=info.get("interaction"), rank=info.get("rank"))
+        title = f"attnflow run {config.name}"
+    else:
+        rows = {k: metrics.get(k) for k in DENSITY_KEYS}
+        size = {"grid": info.get("grid")} if "grid" in info else {"lmax": info.get("lmax")}
+        rows.update(size, labels=info["labels"], status=info["status"], steps=info["steps"])
+        rows.update(wall_time_s=info["wall_time_s"], folder=str(out))
+        title = f"attnflow run {config.name} (density)"
+    print_summary(title, rows)
+    exit_unless_ok(info["status"], out)
+
+
+def _executed(execute, cfg, config: Path, out: Path, *, resume: bool, overwrite: bool) -> dict:
+    """``execute`` (a particle or a density run) into ``out`` under the command line's policies:
+    the compilation cache, Ctrl-C, progress, a disk that fails once the run started (exit 3).
+    Returns the run's metrics."""
     from attnflow.numerics.program_cache import enable_persistent_cache
-    from attnflow.workflows.run import run as run_simulation
 
     with user_errors():  # a cache folder another user could write: one line, exit 2
         enable_persistent_cache()
-    use_cpu_cores()  # large n: the tile lanes run on every core (results do not depend on it)
     interrupts.on_stop(continues=f"metrics.json records status 'interrupted'. Continue with: attnflow run "
                        f"{config} --out {out} --resume")  # fmt: skip
     try:
         with user_errors(), progress_report("run", "building") as report:
             progress = interrupts.checked(snapshot_stages(report))
-            result = run_simulation(cfg, out, progress=progress, resume=resume, overwrite=overwrite)
+            result = execute(cfg, out, progress=progress, resume=resume, overwrite=overwrite)
     except OSError as error:  # the disk failed the run once started; any other OSError is a bug
         if not disk_failure(error, out):
             raise
         say(f"error: {error.strerror} ({error.filename or out}); the run folder keeps every completed "
             "snapshot and records the status where the disk allowed.")  # fmt: skip
         raise typer.Exit(code=EXIT_UNFINISHED) from None
-    info = result.metrics["run"]
-    rows = {k: result.metrics.get(k) for k in SUMMARY_KEYS}
-    rows.update({k: result.metrics[k] for k in RADIUS_KEYS if result.metrics.get(k) is not None})
-    rows.update(status=info["status"], steps=info["steps"], wall_time_s=info["wall_time_s"], folder=str(out))
-    rows.update(interaction=info.get("interaction"), rank=info.get("rank"))  # the path that ran
-    print_summary(f"attnflow run {config.name}", rows)
-    exit_unless_ok(info["status"], out)
+    return result.metrics
 
 
 def _density_layout():
@@ -108,40 +125,6 @@ def _density_layout():
 
 
 DENSITY_KEYS = ("energy", "energy_monotone", "mass_error", "spread", "slice_spread", "resolution_tail")
-
-
-def _run_density(cfg, config: Path, out: Path, *, resume: bool, overwrite: bool) -> None:
-    """``attnflow run`` of a config with a ``[density]`` section: the density solver's run folder, a
-    summary, and exit code 3 (one line naming the status and its remedy) unless it ended ``ok``."""
-    from attnflow.numerics.program_cache import enable_persistent_cache
-    from attnflow.numerics.status import Status
-    from attnflow.workflows.density_run import run_density
-
-    with user_errors():
-        enable_persistent_cache()
-    interrupts.on_stop(continues=f"metrics.json records status 'interrupted'. Continue with: attnflow run "
-                       f"{config} --out {out} --resume")  # fmt: skip
-    try:
-        with user_errors(), progress_report("run", "building") as report:
-            progress = interrupts.checked(snapshot_stages(report))
-            result = run_density(cfg, out, progress=progress, resume=resume, overwrite=overwrite)
-    except OSError as error:
-        if not disk_failure(error, out):
-            raise
-        say(f"error: {error.strerror} ({error.filename or out}); the run folder keeps every completed "
-            "snapshot and records the status where the disk allowed.")  # fmt: skip
-        raise typer.Exit(code=EXIT_UNFINISHED) from None
-    info = result.metrics["run"]
-    rows = {k: result.metrics.get(k) for k in DENSITY_KEYS}
-    size = {"grid": info.get("grid")} if "grid" in info else {"lmax": info.get("lmax")}
-    rows.update(size, labels=info["labels"], status=info["status"], steps=info["steps"])
-    rows.update(wall_time_s=info["wall_time_s"], folder=str(out))
-    print_summary(f"attnflow run {config.name} (density)", rows)
-    if info["status"] != "ok":
-        why = Status(info["status"]).message
-        say(f"error: the run did not finish as asked: status {info['status']!r} ({why}) The folder "
-            f"{str(out)!r} keeps every resolved snapshot; metrics.json records the status.")  # fmt: skip
-        raise typer.Exit(code=EXIT_UNFINISHED)
 
 
 @app.command(cls=Command)
