@@ -26,7 +26,6 @@ import functools
 import json
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -51,11 +50,10 @@ from attnflow.workflows.density_build import (
     snapshot_arrays,
     state_from_arrays,
 )
-from attnflow.workflows.run import RunInterrupted, RunResult
+from attnflow.workflows.run import Progress, RunInterrupted, RunResult
 
 __all__ = ["run_density"]
 
-Progress = Callable[[int, int], None]
 ENERGY_SLACK = 1e-10  # energy_monotone: no decrease beyond this share of max |E| (the step's error)
 _FINAL = ("ok", "under_resolved", "nonfinite")  # a store closed with these has nothing to continue
 
