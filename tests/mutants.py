@@ -33,6 +33,7 @@ import numpy as np
 
 import attnflow.numerics.solve as solve_module
 from attnflow.core import factors, gauges
+from attnflow.core.pytree import pytree_field
 from attnflow.numerics.dynamics import AttentionField
 from attnflow.numerics.heads_field import HeadsField
 from attnflow.numerics.layer_norms import LayerNormField
@@ -222,6 +223,7 @@ def mutant_class(base: type, name: str) -> type:
         return v if scale == 1.0 else scale * v
 
     cls = type(f"Mutant[{name}]", (base,), {"__call__": __call__, "__module__": __name__})
+    cls = pytree_field(data_fields=base.pytree_data_fields)(cls)  # arrays as arguments, as the base's
     _CLASSES[base, name] = cls
     return cls
 

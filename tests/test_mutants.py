@@ -64,7 +64,11 @@ def test_a_mutant_is_its_own_program_and_moves_otherwise():
                  "values swapped"):  # fmt: skip
         wrong = mutants.mutant(sim.field, name)
         assert type(wrong).__name__ == f"Mutant[{name}]"
-        assert program_cache.split_field(wrong)[0] != real_key
+        wrong_key, wrong_leaves = program_cache.split_field(wrong)
+        assert wrong_key != real_key
+        # a pytree like the real field: its arrays are arguments, so every run of one structure shares
+        # one program (as a leaf, each instance was its own program, with the arrays as constants)
+        assert wrong_leaves and program_cache.split_field(mutants.mutant(sim.field, name))[0] == wrong_key
         assert mutants.acts(sim.field, name) and mutants.changes(sim.field, name, x), name
     # no factor, no mask, usa, exact, post-LN: these cannot act on E1 (the field is the real one)
     for name in ("factor ignored", "causal ignored", "sa as usa", "expansion loosened", "layer norm dropped"):
