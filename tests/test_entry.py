@@ -25,10 +25,15 @@ def test_ctrl_c_while_the_command_starts_prints_one_line_and_exits_130(tmp_path,
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr
-    # the entry's line, or `run`'s own when the signal came after the command line was imported
-    # (the second: attnflow.cli.interrupts.stop_line, with the command's name)
-    assert stderr.splitlines() in ([LINE], ["interrupted before run started: nothing was written."]), stderr
-    assert stdout == "" and not out.exists()
+    lines = stderr.splitlines()
+    assert len(lines) == 1 and stdout == "", stderr
+    if lines[0].startswith("interrupted: kept "):
+        # the signal landed where Python only prints it (a finaliser of the start-up): noted, then
+        # raised at the first progress call, after the first snapshot (attnflow.cli.interrupts)
+        assert lines[0].endswith(" --resume") and (out / "metrics.json").exists()
+    else:  # the entry's line, or `run`'s own when the signal came after the command line was imported
+        assert lines in ([LINE], ["interrupted before run started: nothing was written."])
+        assert not out.exists()
 
 
 def test_the_entry_runs_the_command_line(tmp_path):
