@@ -154,6 +154,10 @@ class Experiment(_Frozen):
     config: dict[str, Any] = Field(default_factory=dict)
     realize: dict[str, Any] = Field(default_factory=dict)
     variants: tuple[Variant, ...] = (Variant(),)
+    # each seed solved a second time with the gauge taken out (the same kernel and solver, Q = I),
+    # from its gauge frame's initial state u_i(0) = Q(xi_i) x_i(0): by conjugacy the gauge frame
+    # follows that flow (for E1, E0's), and ``conjugate_gap`` measures how far it strays
+    conjugate: bool = False
     expect: tuple[Expectation, ...] = Field(min_length=1)
     source: str = ""
 
@@ -200,9 +204,14 @@ def _check(experiment: Experiment, where: str) -> None:
                     late = [t for t in experiment.report_times if t > t_end]
                     if late:
                         raise _fail(where, "report_times", f"times <= solver.t_end = {t_end:g}", late)
+                    if experiment.conjugate and config.gauge.kind == "none":
+                        no_gauge = "false for a run without a gauge (nothing to take out)"
+                        raise _fail(where, "conjugate", no_gauge, experiment.conjugate)
     else:
         if experiment.config:
             raise _fail(where, "config", f"absent when `kind` = {experiment.kind!r}", experiment.config)
+        if experiment.conjugate:
+            raise _fail(where, "conjugate", "false when `kind` = 'simulate' is not", experiment.conjugate)
         allowed = REALIZE_PARAMETERS[experiment.kind]
         for key in (*experiment.realize, *experiment.quick.realize):
             if key not in allowed:

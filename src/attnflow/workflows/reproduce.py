@@ -62,7 +62,7 @@ from attnflow.io import reproduce_folder
 from attnflow.io.config import Config
 from attnflow.io.outcomes import FigureData, JobResult, Outcome
 from attnflow.numerics import batch, placement, program_cache
-from attnflow.numerics.dynamics import make_vector_field
+from attnflow.numerics.dynamics import AttentionField, make_vector_field
 from attnflow.numerics.layer_norms import LayerNormField
 from attnflow.numerics.solve import solve
 from attnflow.workflows import realize
@@ -158,6 +158,25 @@ def _solve_seeds(sim: Simulation, x0: jax.Array, tick: Tick) -> dict:
     }
 
 
+def _without_gauge(sim: Simulation) -> Simulation:
+    """A tabulated simulation (:func:`_tabulated_kernel`) with ``Q = I`` for every token: the same
+    structure, so the same compiled program."""
+    gauge = sim.kernel.gauge
+    if not isinstance(gauge, DenseGauge) or type(sim.field) is not AttentionField:
+        raise ValueError("reproduce: `conjugate` needs the paper's field with its gauge as matrices "
+                         "(no heads, no row blocks, no expansion)")  # fmt: skip
+    eye = jnp.broadcast_to(jnp.eye(gauge.q.shape[-1], dtype=gauge.q.dtype), gauge.q.shape)
+    kernel = dataclasses.replace(sim.kernel, gauge=DenseGauge(q=eye))
+    return dataclasses.replace(sim, kernel=kernel, field=dataclasses.replace(sim.field, kernel=kernel))
+
+
+def _aligned(xs: np.ndarray, length: int) -> np.ndarray:
+    """``xs (T, B, n, d)`` cut or NaN-padded to ``length`` snapshots (two runs of one grid: a run that
+    stopped early is shorter)."""
+    xs = xs[:length]
+    return np.concatenate([xs, np.full((length - len(xs), *xs.shape[1:]), np.nan, xs.dtype)])
+
+
 def _own_layer_norm(job: Job) -> bool:
     """Whether the experiment file itself runs a layer norm other than post (E15): ``build`` then
     builds it; one set only by ``overrides`` (``--set``) is refused there, in one line."""
@@ -181,17 +200,21 @@ def _simulate(job: Job, tick: Tick) -> JobResult:
 
     solve_start = time.perf_counter()
     solved = _solve_seeds(solved_as, x0, counted)
+    conjugate = None
+    if job.experiment.conjugate:  # the flow without the gauge from the gauge frame's initial state
+        u0 = jnp.einsum("nij,bnj->bni", solved_as.kernel.gauge.q, x0)
+        conjugate = _solve_seeds(_without_gauge(solved_as), u0, counted)
     solve_end = time.perf_counter()
     tick(job.units() - ticked)  # runs that stopped early
     tick(0, stage="measuring")
-    compile_s = solved["compile_s"]
+    compile_s = solved["compile_s"] + (conjugate["compile_s"] if conjugate else 0.0)
     xs, radii = solved["xs"], None
     if sim.radial:  # pre- and peri-LN states z = r x: the directions and the radii
         radii = np.linalg.norm(xs, axis=-1)
         xs = xs / radii[..., None]
-    values, figure = measure(
-        sim, solved["ts"], xs, job.seeds, job.experiment, e_max=e_max, tables=solved_as.kernel, radii=radii
-    )
+    ys = None if conjugate is None else _aligned(conjugate["xs"], len(xs))
+    values, figure = measure(sim, solved["ts"], xs, job.seeds, job.experiment, e_max=e_max,
+                             tables=solved_as.kernel, radii=radii, conjugate=ys)  # fmt: skip
     end = time.perf_counter()
     timing = {
         "wall_s": end - start,
@@ -199,10 +222,10 @@ def _simulate(job: Job, tick: Tick) -> JobResult:
         "compile_s": compile_s,
         "run_s": solve_end - solve_start - compile_s,
         "measure_s": end - solve_end,
-        "steps": solved["steps"],
-        **solved["totals"],
+        "steps": solved["steps"],  # the totals count the conjugate runs too
+        **{k: v + (conjugate["totals"].get(k, 0) if conjugate else 0) for k, v in solved["totals"].items()},
     }
-    status = solved["status"]
+    status = solved["status"] if conjugate is None or solved["status"] != "ok" else conjugate["status"]
     reason = "" if status == "ok" else f"solver stopped: {status}"
     return JobResult(job.experiment.id, job.variant.name, job.label, job.n, job.seeds, status,
                      reason, values, timing, figure)  # fmt: skip

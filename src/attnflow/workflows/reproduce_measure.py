@@ -42,6 +42,7 @@ from attnflow.workflows.experiments import Experiment
 from attnflow.workflows.reproduce_rates import theory_values
 
 __all__ = [
+    "CONJUGATE_METRICS",
     "LAYER_METRICS",
     "householder_frame",
     "is_layer",
@@ -69,6 +70,12 @@ LAYER_METRICS = {
     "first_token_displacement": "|x_0(t) - x_0(0)|: how far the first token moved",
     "qk_axis_alignment": "min_i |<x_i, e>|, e the top eigenvector of sym(W_Q^T W_K) of the first head "
     "(1: every token at +-e)",
+}
+
+# Measured where the experiment is ``conjugate`` (each seed solved again without its gauge).
+CONJUGATE_METRICS = {
+    "conjugate_gap": "max over the saved times and tokens of |u_i(t) - y_i(t)|, u the gauge frame and y the "
+    "same kernel's flow without the gauge (Q = I) from u(0): 0 up to the solver's error by conjugacy",
 }
 
 
@@ -233,6 +240,7 @@ def measure(
     e_max: float | None,
     tables: Kernel | None = None,
     radii: np.ndarray | None = None,
+    conjugate: np.ndarray | None = None,
 ) -> tuple[list, FigureData]:
     """Per-seed values at the report times and at the end, from snapshots ``xs (T, B, n, d)``;
     ``e_max`` is the theory's maximal energy (:func:`attnflow.analysis.theory.energy_max`) or None.
@@ -243,7 +251,9 @@ def measure(
     ``sim.field.energy``, no ``e_max``, and the first head's gauge as the gauge frame (where it
     acts in dimension ``d``). A layer norm (:class:`~attnflow.numerics.layer_norms.LayerNormField`) is
     measured as its layer, on the directions ``xs``, with the radii ``radii (T, B, n)`` of pre and peri
-    (None otherwise) and the norm handed to the closed forms."""
+    (None otherwise) and the norm handed to the closed forms. ``conjugate (T, B, n, d)``: the flow without
+    the gauge from the gauge frame's initial state (a ``conjugate`` experiment), for
+    :data:`CONJUGATE_METRICS`."""
     norm = sim.field if isinstance(sim.field, LayerNormField) else None
     if norm is not None:
         sim = dataclasses.replace(sim, field=norm.layer)
@@ -271,6 +281,8 @@ def measure(
     w = np.asarray(kernel.factor.dense(), dtype=np.float64) if not heads else None
     theory = theory_values(sim, w, ts, mean_cos, gauge_mean_cos, xs, us, experiment, axis=axis, norm=norm,
                            radii=radii)  # fmt: skip
+    if conjugate is not None:  # NaN (a run that stopped early) stays NaN: the row then fails
+        gaps = np.max(np.linalg.norm(us - conjugate, axis=-1), axis=(0, 2))
     indices = _time_indices(ts, experiment.report_times)
     values = []
     for b, seed in enumerate(seeds):
@@ -285,6 +297,8 @@ def measure(
                 if theory is not None:
                     at_k = {key: v if np.ndim(v) == 0 else v[k] for key, v in theory[b].items()}
                     cache[k] |= {key: json_value(v) for key, v in at_k.items()}
+                if conjugate is not None:
+                    cache[k]["conjugate_gap"] = json_value(gaps[b])
             per_time[label] = cache[k]
         values.append(per_time)
     figure = FigureData(

@@ -2,7 +2,7 @@
 
 A :class:`Job` is one batch of seeds of an experiment's variant at one size; :func:`plan` lists
 them (checking that every metric an experiment names is measured, :data:`attnflow.io.outcomes.METRICS`
-or :data:`attnflow.workflows.reproduce_measure.LAYER_METRICS` or
+or :data:`attnflow.workflows.reproduce_measure.LAYER_METRICS` or ``CONJUGATE_METRICS`` or
 :data:`attnflow.workflows.reproduce_rates.THEORY_METRICS`);
 :func:`structure_key` says which jobs can share one compiled program.
 """
@@ -16,10 +16,11 @@ from collections.abc import Sequence
 from attnflow.io.outcomes import METRICS
 from attnflow.numerics.solve import snapshot_count
 from attnflow.workflows.experiments import Experiment, Variant, experiment_ids
-from attnflow.workflows.reproduce_measure import LAYER_METRICS
+from attnflow.workflows.reproduce_measure import CONJUGATE_METRICS, LAYER_METRICS
 from attnflow.workflows.reproduce_rates import THEORY_METRICS
 
-MEASURED = {**METRICS, **LAYER_METRICS, **THEORY_METRICS}  # every name an expectation may use
+# every name an expectation may use
+MEASURED = {**METRICS, **LAYER_METRICS, **THEORY_METRICS, **CONJUGATE_METRICS}
 
 __all__ = ["Job", "parse_only", "parse_sizes", "plan", "structure_key"]
 
@@ -53,14 +54,16 @@ class Job:
         else:
             p = self.experiment.realize_parameters(quick=self.quick)
             t_end, dt = p.get("t_end", 40.0), p.get("dt", 0.01)
-        return t_end / dt * len(self.seeds) * self.n**2
+        return t_end / dt * len(self.seeds) * self.n**2 * (2 if self.experiment.conjugate else 1)
 
     def units(self) -> int:
-        """Progress units: snapshots of each seed of a simulation, or seeds of a realisation."""
+        """Progress units: snapshots of each seed of a simulation (twice for a ``conjugate`` one), or
+        seeds of a realisation."""
         if self.experiment.kind != "simulate":
             return len(self.seeds)
         solver = self.simulation_config().solver
-        return snapshot_count(solver.t_end, solver.save_every) * len(self.seeds)
+        runs = 2 if self.experiment.conjugate else 1
+        return snapshot_count(solver.t_end, solver.save_every) * len(self.seeds) * runs
 
 
 # The factors as reproduce solves them (a matrix, ``reproduce._tabulated_kernel``; its sign is
