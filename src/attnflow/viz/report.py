@@ -282,7 +282,7 @@ def _metastability(path: Path, outcome: Outcome) -> Path | None:
     # titles at a fixed height: no automatic placement (it measures every tick)
     left.set_title(f"E6, β = {jobs[0].figure.beta:g}, n = {n}: clusters per seed", y=1.0)
     right.set_title("energy staircase in rescaled time", y=1.0)
-    from matplotlib.ticker import LogLocator, NullLocator
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
     for ax in (left, right):
         ax.grid(True, linewidth=0.4, color="0.88")  # opaque: it survives the palette of the PNG
@@ -290,6 +290,9 @@ def _metastability(path: Path, outcome: Outcome) -> Path | None:
             if axis.get_scale() == "log":  # decades only: minor ticks cost more than they tell
                 axis.set_major_locator(LogLocator(base=10.0, numticks=6))
                 axis.set_minor_locator(NullLocator())
+                # "10¹" in plain text: matplotlib's default label is mathtext, whose parser (built
+                # on its first use in a process) cost more than the rest of this figure
+                axis.set_major_formatter(FuncFormatter(plotting._power_of_ten))
         ax.legend(fontsize=8)
     return plotting.save_figure(fig, path)
 
