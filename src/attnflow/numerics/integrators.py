@@ -187,10 +187,8 @@ RETRACTIONS = {"sphere": normalize, "none": _unchanged}
 
 @dataclasses.dataclass(frozen=True)
 class _Method:
-    """A Runge–Kutta method: ``tableau`` stages, then the retraction (``"sphere"``: renormalise each
-    row; ``"none"``: the identity, for a state in a vector space: the unnormalised tokens of a pre-LN
-    layer, a density) or the map back through ``exp_x``. The retraction is injected (jax-md's shift
-    function): the stages and the step-size policies do not know which it is."""
+    """A Runge–Kutta method: ``tableau`` stages, then the retraction (module docstring) or the map
+    back through ``exp_x``; the stages and the step-size policies do not know which it is."""
 
     tableau = None
     order = 0
@@ -261,8 +259,6 @@ class Adaptive(_Method):
     atol: float = dataclasses.field(default=1e-10, compare=False)
     tableau = DOPRI5_TABLEAU
     order = 5
-
-    fsal = True
 
     def fsal_step(self, field: VectorField, x, k1, dt, *, rtol, atol, first_stage=1):
         """One trial step from ``x`` with its slope ``k1 = field(x)``: ``(x_new, slopes, error_norm)``,
