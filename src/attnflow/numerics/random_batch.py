@@ -31,7 +31,6 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from attnflow.core import factors
 from attnflow.core.factors import check_softmax_factor
 from attnflow.core.kernel import Kernel
 from attnflow.core.pytree import pytree_field
@@ -39,15 +38,9 @@ from attnflow.core.sphere import project
 from attnflow.numerics.dynamics import VALUES, VectorField
 from attnflow.numerics.integrators import Integrator
 from attnflow.numerics.solve import SnapshotCallback, Trajectory, solve
-from attnflow.numerics.summation import NORMALIZATIONS, factor_tile
+from attnflow.numerics.summation import NORMALIZATIONS
 
 MAX_GROUP_ENTRIES = 2**22  # batches are evaluated in groups of at most this many p × p entries
-
-
-def batch_factor(factor: factors.Factor, idx: jax.Array, dtype) -> jax.Array:
-    """The factor restricted to the tokens ``idx (p,)``: ``w[idx][:, idx]`` as ``(p, p)`` (or a
-    broadcastable ``(1, 1)`` block of ones), in ``O(p²)`` for every built-in factor."""
-    return factor_tile(factor, idx, idx, dtype)
 
 
 def partition(key: jax.Array, n: int, p: int) -> tuple[jax.Array, jax.Array]:
@@ -99,7 +92,7 @@ def make_random_batch_field(
 
     def one_batch(u, vals, idx, ok):
         ub = u[idx]
-        w = batch_factor(kernel.factor, idx, u.dtype) * profile.dphi_unit(ub @ ub.T).astype(u.dtype)
+        w = kernel.factor.tile(idx, idx, u.dtype) * profile.dphi_unit(ub @ ub.T).astype(u.dtype)
         w = jnp.where(ok[None, :], w, 0.0)
         if causal:
             w = jnp.where(idx[None, :] <= idx[:, None], w, 0.0)

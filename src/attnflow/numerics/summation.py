@@ -7,7 +7,6 @@
   ``block_size`` rows (float32; ``lax.map``, memory ``O(n · block_size)`` per lane). The tile
   pairs or row blocks are dealt into lanes that run on every CPU core (``attnflow.numerics.lanes``).
 - ``energy``: ``E = (1/(2n²)) Σ_ij h(z_i, z_j)``, dense or tiled the same way.
-- ``factor_tile``: the factor block ``w[idx_i][:, idx_j]`` (the factor's ``tile``).
 
 Design notes (the measurements behind them: ``benchmarks/RESULTS.md``, "Per step").
 
@@ -66,12 +65,8 @@ def _row_blocks(fn, operands, n: int, block_size: int | None):
 
 
 def symmetric_tiles(dtype) -> bool:
-    """Whether the blocked evaluation uses symmetric tiles (float64) or row blocks (float32).
-
-    In float64 the ``exp`` dominates and evaluating each symmetric tile pair once pays; in
-    float32 the ``exp`` is cheap, the two small products per tile dominate, and row blocks win
-    (``benchmarks/RESULTS.md``, "Per step").
-    """
+    """Whether the blocked evaluation uses symmetric tiles (float64: the ``exp`` dominates) or row
+    blocks (float32: the two small products per tile do; module docstring)."""
     return jnp.dtype(dtype) == jnp.float64
 
 
@@ -112,12 +107,6 @@ def _tiled_rows(a: jax.Array, tile: int) -> jax.Array:
     return jnp.pad(a, ((0, -n % tile), (0, 0))).reshape(-1, tile, a.shape[1])
 
 
-def factor_tile(factor, idx_i: jax.Array, idx_j: jax.Array, dtype) -> jax.Array:
-    """The factor block ``w[idx_i][:, idx_j]`` (or a broadcastable ``(1, 1)`` block of ones): the
-    factor's own ``tile`` (``attnflow.core.factors``)."""
-    return factor.tile(idx_i, idx_j, dtype)
-
-
 def _padded_values(values: jax.Array, *, ones: bool) -> jax.Array:
     """``values (n, d')`` with an optional column of ones, zero-padded to ``VALUE_COLUMNS`` columns."""
     n, dv = values.shape
@@ -142,12 +131,9 @@ def attention_weights(kernel: Kernel, u: jax.Array, idx: jax.Array, *, causal: b
 
 
 def _tiled_sum(kernel: Kernel, u, padded, tile: int, *, causal: bool, unrolled: bool = False):
-    """``Σ_j C_ij padded_j`` by symmetric tiles: the kernel matrix is symmetric, so each tile pair
-    ``I < J`` is evaluated once and serves both ``g_I += C_IJ v_J`` and ``g_J += C_IJᵀ v_I``
-    (half the exponentials of a row-block pass); causal sums need the lower tiles only. The pairs
-    are spread over lanes (``attnflow.numerics.lanes``), one accumulator per lane; or, ``unrolled`` (a few
-    tiles: the dense evaluation of ``DENSE_TILES_MAX`` tokens or fewer), evaluated in turn into
-    one accumulator, each tile a static slice.
+    """``Σ_j C_ij padded_j`` by symmetric tiles (module docstring): each tile pair ``I <= J`` once
+    (causal: ``J <= I``), the pairs spread over lanes, one accumulator per lane; or, ``unrolled`` (the
+    dense evaluation of a few tiles), evaluated in turn into one accumulator, each a static slice.
 
     ``u`` and the values are zero-padded to whole tiles: a padding slot has finite weights and a
     zero value, so it adds exact zeros to the real rows (no mask), and its own row is dropped.
@@ -159,7 +145,7 @@ def _tiled_sum(kernel: Kernel, u, padded, tile: int, *, causal: bool, unrolled: 
     def add_tile(ops, g, pair):  # pair: traced (a lane's scan) or Python integers (unrolled)
         factor, profile, labels, ut, vt = ops
         i, j = pair
-        w = factor_tile(factor, labels[i], labels[j], u.dtype)
+        w = factor.tile(labels[i], labels[j], u.dtype)
         w = w * profile.dphi_unit(ut[i] @ ut[j].T).astype(u.dtype)
         if causal:  # lower tiles only: above the diagonal only inside the diagonal tiles
             local = jnp.arange(tile)
@@ -243,7 +229,7 @@ def energy(kernel: Kernel, x: jax.Array, *, block_size: int | None = None) -> ja
     def add_tile(ops, total, pair):
         factor, profile, labels, valid, ut = ops
         i, j = pair
-        w = factor_tile(factor, labels[i], labels[j], u.dtype)
+        w = factor.tile(labels[i], labels[j], u.dtype)
         h = jnp.where(valid[i][:, None] & valid[j][None, :], w * profile.phi(ut[i] @ ut[j].T), 0.0)
         return total + jnp.where(i == j, 1.0, 2.0) * jnp.sum(h)  # tile (J, I) = tile (I, J)ᵀ
 
