@@ -23,16 +23,12 @@ once per step), one call ahead of the one being read (the consumer's work, e.g. 
 the computation; the status codes travel with the snapshots: one host synchronisation per call),
 and stops when no run is ``ok``.
 
-Batches ``x0 (B, n, d)`` (seeds; run ``b`` draws its noise from ``split(key, B)[b]``), where the
-placement (:mod:`attnflow.numerics.placement`) puts them:
-
-- on an accelerator, one ``vmap`` over the runs;
-- on a CPU, every run is the unbatched program (``lax.map`` over the runs), so each is bitwise a
-  single run; with more than one available core the runs are shared between single-threaded
-  worker processes (``attnflow.numerics.batch``: each solves its contiguous share in this way and
-  returns it; the field must pickle, as ``make_vector_field``'s does). Their snapshots are then
-  handed on in order once every share is done, so a batch in processes does not stream: the
-  parent holds the whole trajectory and the consumer gets it at the end, as one block.
+Batches ``x0 (B, n, d)`` (seeds; run ``b`` draws its noise from ``split(key, B)[b]``) run where the
+placement (:mod:`attnflow.numerics.placement`) puts them: one ``vmap`` on an accelerator; on a CPU
+each run is the unbatched program (``lax.map``), so bitwise a single run, and with more than one
+core the runs are shared between single-threaded worker processes (``attnflow.numerics.batch``;
+the field must pickle, as ``make_vector_field``'s does). A batch in processes does not stream: the
+shares come back whole and the consumer gets them at the end, as one block.
 
 Each run of a batch has its own status (``Trajectory.statuses``): a run that goes non-finite
 stops (its later snapshots are NaN) while the others go on. ``Trajectory.status`` is the run's
@@ -223,9 +219,7 @@ jax.tree_util.register_pytree_node(Problem, _flatten_problem, _unflatten_problem
 @partial(jax.jit, static_argnums=(1, 2))
 def _program(problem: Problem, batched: bool, vmapped: bool, carry: Carry, t_targets: jax.Array):
     """The compiled call: ``advance`` for one run, or over a batch (``lax.map`` of the unbatched
-    program on a CPU, ``vmap`` on an accelerator). ``jax.jit`` keeps one program per structure of
-    the problem: the kernel's numbers, ``dt``, ``save_every``, ``t_end``, the tolerances and the
-    snapshot times are its arguments, so runs that differ only in them share it."""
+    program on a CPU, ``vmap`` on an accelerator); one program per structure of the problem."""
     program_cache.count_trace()
 
     def one(carry, t_targets):
@@ -282,11 +276,7 @@ def _run(problem: Problem, x0: jax.Array, keys: jax.Array, on_snapshots: Snapsho
         return np.asarray([saveat.time(call * group + j + 1) for j in range(group)], x0.dtype)
 
     carry = _start(problem, x0, keys)
-    vmapped = placement.current().vmap_batches
-
-    def program(carry, t_targets):
-        return _program(problem, batched, vmapped, carry, t_targets)
-
+    program = partial(_program, problem, batched, placement.current().vmap_batches)
     with program_cache.compile_clock() as clock:
         out = program(carry, times(0))  # compiles (or finds) the program, then dispatches the call
     compile_time = clock.seconds
@@ -382,46 +372,14 @@ def _run_in_processes(problem: Problem, x0: jax.Array, keys: jax.Array, count: i
             f"{lost} of {x0.shape[0]}, so the batch has no result; rerun it, with workers=1 to solve "
             "it in this process or fewer seeds per process."
         ) from None
-    length = max(len(p[0]) for p in parts)
     ts = max((p[0] for p in parts), key=len)
 
     def padded(xs):  # a share that stopped early: NaN snapshots, like a stopped run in one process
-        return np.concatenate([xs, np.full((length - len(xs), *xs.shape[1:]), np.nan, xs.dtype)])
+        return np.concatenate([xs, np.full((len(ts) - len(xs), *xs.shape[1:]), np.nan, xs.dtype)])
 
     xs = np.concatenate([padded(p[1]) for p in parts], axis=1)
     codes = np.concatenate([p[2] for p in parts])
     return ts, xs, codes, np.concatenate([p[3] for p in parts]), max(p[4] for p in parts)
-
-
-def _problem(
-    field,
-    x0,
-    *,
-    integrator,
-    dt,
-    t_end,
-    save_every,
-    noise,
-    max_steps_per_snapshot,
-    max_steps,
-    snapshots_per_call,
-    saveat,
-    stepsize,
-) -> Problem:
-    saveat = saveat if saveat is not None else SaveAt(t_end, save_every, snapshots_per_call)
-    if stepsize is None:
-        if dt is None:
-            raise ValueError("solve: `dt` must be given (or a `stepsize` policy); got None.")
-        stepsize = integrator.default_steps(dt, max_steps=max_steps_per_snapshot, max_steps_total=max_steps)
-    stepsize.check(integrator, field, noise=noise, save_every=saveat.save_every)
-    if max_steps is not None and isinstance(stepsize, ConstantSteps):
-        needed = saveat.chunks * stepsize.steps_per_save(saveat.save_every)
-        if needed > max_steps:
-            raise ValueError(
-                f"solve: `max_steps` = {max_steps} is fewer than the {needed} fixed steps of dt = "
-                f"{stepsize.dt!r} to t_end = {saveat.t_end!r}: raise it, or take longer steps."
-            )
-    return Problem(field, integrator, stepsize, saveat, noise)
 
 
 def solve_streaming(
@@ -451,11 +409,20 @@ def solve_streaming(
     A CPU batch solved in worker processes is the exception: the shares come back whole, and are
     handed on as one block at the end. The other options are ``solve``'s.
     """
-    problem = _problem(
-        field, x0, integrator=integrator, dt=dt, t_end=t_end, save_every=save_every, noise=noise,
-        max_steps_per_snapshot=max_steps_per_snapshot, max_steps=max_steps,
-        snapshots_per_call=snapshots_per_call, saveat=saveat, stepsize=stepsize,
-    )  # fmt: skip
+    saveat = saveat if saveat is not None else SaveAt(t_end, save_every, snapshots_per_call)
+    if stepsize is None:
+        if dt is None:
+            raise ValueError("solve: `dt` must be given (or a `stepsize` policy); got None.")
+        stepsize = integrator.default_steps(dt, max_steps=max_steps_per_snapshot, max_steps_total=max_steps)
+    stepsize.check(integrator, field, noise=noise, save_every=saveat.save_every)
+    if max_steps is not None and isinstance(stepsize, ConstantSteps):
+        needed = saveat.chunks * stepsize.steps_per_save(saveat.save_every)
+        if needed > max_steps:
+            raise ValueError(
+                f"solve: `max_steps` = {max_steps} is fewer than the {needed} fixed steps of dt = "
+                f"{stepsize.dt!r} to t_end = {saveat.t_end!r}: raise it, or take longer steps."
+            )
+    problem = Problem(field, integrator, stepsize, saveat, noise)
     key = jax.random.key(0) if key is None else key
     batched = x0.ndim == 3
     keys = jax.random.split(key, x0.shape[0]) if batched else key
