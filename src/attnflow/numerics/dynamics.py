@@ -90,13 +90,8 @@ class AttentionField:
         """Features per token of the expansion (``None`` for the exact path)."""
         if self.interaction == "exact":
             return None
-        return expansion.check(
-            self.kernel,
-            self.kernel.gauge.d,
-            normalization=self.normalization,
-            causal=self.causal,
-            tolerance=self.tolerance,
-        )
+        options = dict(normalization=self.normalization, causal=self.causal, tolerance=self.tolerance)
+        return expansion.check(self.kernel, self.kernel.gauge.d, **options)
 
     @property
     def gradient_flow(self) -> bool:
@@ -151,15 +146,9 @@ def make_vector_field(
         )
         interaction = "expansion" if cheaper else "exact"
     return AttentionField(
-        kernel,
-        normalization=normalization,
-        causal=causal,
-        value=value,
-        block_size=block_size,
-        interaction=interaction,
-        tolerance=tolerance,
-        sources=sources,
-    )
+        kernel, normalization=normalization, causal=causal, value=value, block_size=block_size,
+        interaction=interaction, tolerance=tolerance, sources=sources,
+    )  # fmt: skip
 
 
 def noise_increment(key: jax.Array, x: jax.Array, *, noise: float, dt: float) -> jax.Array:

@@ -95,16 +95,8 @@ class HeadsField:
         """Features per token of the expansion (the largest over the heads), None for "exact"."""
         if self.interaction == "exact":
             return None
-        return max(
-            expansion.check_qkv(
-                head,
-                self.profile,
-                normalization=self.normalization,
-                causal=self.causal,
-                tolerance=self.tolerance,
-            )
-            for head in self.heads
-        )
+        options = dict(normalization=self.normalization, causal=self.causal, tolerance=self.tolerance)
+        return max(expansion.check_qkv(head, self.profile, **options) for head in self.heads)
 
     @property
     def gradient_flow(self) -> bool:
