@@ -253,14 +253,13 @@ class AdaptiveSteps:
                 field, s["x"], s["k"], s["h"], rtol=self.rtol, atol=self.atol, first_stage=first
             )
             accept, h_next, error_prev = self.controller.adapt(s["h"], err, s["error_prev"], method.order)
-            last = jax.tree.map(lambda stacked: stacked[-1], slopes)
             moved = dict(
-                h=h_next, t=s["t"] + s["h"], x=x_new, k=last, x_last=s["x"], t_last=s["t"],
-                h_last=s["h"], slopes=slopes, error_prev=error_prev, started=s["started"], taken=s["taken"],
+                t=s["t"] + s["h"], x=x_new, x_last=s["x"], t_last=s["t"], h_last=s["h"], slopes=slopes,
+                error_prev=error_prev,
             )  # fmt: skip
-            s = jax.tree.map(lambda new, old: jnp.where(accept, new, old), moved, s)
-            s = {
+            s = {  # an accepted step moves the run on; the next step and slope are set either way
                 **s,
+                **jax.tree.map(lambda new, old: jnp.where(accept, new, old), moved, {n: s[n] for n in moved}),
                 "h": h_next,
                 "k": jax.tree.map(lambda stacked: jnp.where(accept, stacked[-1], stacked[0]), slopes),
                 "started": jnp.asarray(True),
