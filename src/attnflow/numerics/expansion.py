@@ -171,9 +171,7 @@ def _check(kernel: Kernel, d: int, normalization: str, tolerance: float) -> int:
 
 class _Plan:
     """The static pieces of one expansion: the degree, the rank ``R`` and the weights ``(G, L + 1)``
-    of the split features (``polynomial_features.split_features``), and the two products of a
-    chunk of tokens, each one wide matrix product: the moments ``T Zᵀ`` (``G × c`` against
-    ``(L + 1) w × c``) and their evaluation ``M̃ T`` (``(L + 1) w × G`` against ``G × c``)."""
+    of the split features, and the two wide products of a chunk of tokens (module docstring)."""
 
     def __init__(self, beta: float, degree: int, d: int, dtype):
         coefficients = pf.monomial_coefficients(beta, degree) if degree else np.ones(1)
@@ -376,6 +374,24 @@ def _kernel_sum(plan: _Plan, factor, profile, q, k, y, *, causal) -> jax.Array:
     return jnp.zeros_like(y).at[order].set(before + after[::-1])
 
 
+def _normalized_sum(kernel: Kernel, q, k, values, *, normalization, causal, tolerance, guard: bool):
+    """``_kernel_sum`` of ``values`` normalised by ``φ'(1)/n`` ("usa") or by the same sum of ones
+    ("sa"; with ``guard``, a row that sees nothing sums to zero)."""
+    n, dv = values.shape
+    degree = _check(kernel, q.shape[1], normalization, tolerance)
+    plan = _Plan(_beta(kernel), degree, q.shape[1], q.dtype)
+    y = values.astype(q.dtype)
+    if normalization == "sa":
+        with_ones = jnp.concatenate([y, jnp.ones((n, 1), q.dtype)], axis=1)
+        summed = _kernel_sum(plan, kernel.factor, kernel.profile, q, k, with_ones, causal=causal)
+        if guard:
+            den = summed[:, dv:]
+            return jnp.where(den > 0, summed[:, :dv] / jnp.where(den > 0, den, 1.0), 0.0)
+        return summed[:, :dv] / summed[:, dv:]
+    summed = _kernel_sum(plan, kernel.factor, kernel.profile, q, k, y, causal=causal)
+    return summed * (kernel.profile.scale / n).astype(q.dtype)
+
+
 def expansion_sum(
     kernel: Kernel,
     u: jax.Array,
@@ -387,19 +403,9 @@ def expansion_sum(
 ) -> jax.Array:
     """``attention_sum(kernel, u, values, normalization=..., causal=...)`` to within ``tolerance``
     of its scale (``φ'(1) max|values|`` for "usa", ``max|values|`` for "sa"), in ``O(n R d)``."""
-    n, dv = values.shape
-    degree = _check(kernel, u.shape[1], normalization, tolerance)
-    plan = _Plan(_beta(kernel), degree, u.shape[1], u.dtype)
-    y = values.astype(u.dtype)
-    if normalization == "sa":
-        with_ones = jnp.concatenate([y, jnp.ones((n, 1), u.dtype)], axis=1)
-        summed = _kernel_sum(plan, kernel.factor, kernel.profile, u, u, with_ones, causal=causal)
-        if causal == "strict":  # the first token sees nothing: its sum is zero
-            den = summed[:, dv:]
-            return jnp.where(den > 0, summed[:, :dv] / jnp.where(den > 0, den, 1.0), 0.0)
-        return summed[:, :dv] / summed[:, dv:]
-    summed = _kernel_sum(plan, kernel.factor, kernel.profile, u, u, y, causal=causal)
-    return summed * (kernel.profile.scale / n).astype(u.dtype)
+    options = dict(normalization=normalization, causal=causal, tolerance=tolerance)
+    strict = causal == "strict"  # the first token sees nothing: its sum is zero
+    return _normalized_sum(kernel, u, u, values, guard=strict, **options)
 
 
 def expansion_energy(kernel: Kernel, x: jax.Array, *, tolerance: float = 1e-10) -> jax.Array:
@@ -442,16 +448,6 @@ def expansion_qkv_sum(
     ``max|values|`` for "sa"), in ``O(n R d_h)``: the expansion of :func:`expansion_sum` with two
     feature maps, for the rescaled problem of ``_scaled``."""
     nq, nk, scaled = _scaled(head, profile)
-    kernel = Kernel(head.gauge, head.factor, scaled)
-    n, dv = values.shape
-    degree = _check(kernel, q.shape[1], normalization, tolerance)
-    plan = _Plan(float(scaled.beta), degree, q.shape[1], q.dtype)
     qs, ks = q / jnp.asarray(nq, q.dtype), k / jnp.asarray(nk, k.dtype)
-    y = values.astype(q.dtype)
-    if normalization == "sa":
-        with_ones = jnp.concatenate([y, jnp.ones((n, 1), q.dtype)], axis=1)
-        summed = _kernel_sum(plan, head.factor, scaled, qs, ks, with_ones, causal=causal)
-        den = summed[:, dv:]
-        return jnp.where(den > 0, summed[:, :dv] / jnp.where(den > 0, den, 1.0), 0.0)
-    summed = _kernel_sum(plan, head.factor, scaled, qs, ks, y, causal=causal)
-    return summed * (scaled.scale / n).astype(q.dtype)
+    options = dict(normalization=normalization, causal=causal, tolerance=tolerance)
+    return _normalized_sum(Kernel(head.gauge, head.factor, scaled), qs, ks, values, guard=True, **options)

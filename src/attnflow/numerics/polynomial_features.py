@@ -169,9 +169,7 @@ def split_weights(d: int, degree: int, coefficients: np.ndarray) -> np.ndarray:
 def split_features(rows: jnp.ndarray, degree: int) -> tuple[jnp.ndarray, jnp.ndarray]:
     """The two factors of the split features of points ``rows (d, c)``: ``T (G, c)``, the monomials
     of the last ``d − 1`` variables (:func:`graded_monomials`), and ``P (L + 1, c)``, the powers of the
-    first one. The monomial ``(a, β)`` of ``split_exponents`` is ``T_β P_a``: a moment
-    ``Σ_j T(u_j) ⊗ P(u_j) ⊗ y_j`` is one product ``T Zᵀ`` with ``Z = P ⊗ y`` (``(L + 1) d'`` rows),
-    wide on both sides, instead of the ``R × d'`` product of ``monomial_features``."""
+    first one; the monomial ``(a, β)`` of ``split_exponents`` is ``T_β P_a``."""
     powers = [jnp.ones_like(rows[0])]
     for _ in range(degree):
         powers.append(powers[-1] * rows[0])
