@@ -9,18 +9,14 @@ arguments of the program, not constants baked into it: ``solve``'s problem is a 
 they are, and ``jax.jit``'s own cache does the rest. ``count_trace``/``info`` count the programs
 traced (tests assert that a second run compiles nothing), ``compile_clock`` times them.
 
-``split_field(field)`` separates a field into its structure (hashable) and its arrays;
-``structure.build(arrays)`` puts them back together inside the traced program. A field that is not
-a dataclass (a plain function) is its own structure: its program is reused only for the same
-function object.
+``split_field(field)`` separates a field into its structure (hashable) and its arrays, and
+``join_field`` puts them back together; a plain function is its own structure (by identity).
 
 ``enable_persistent_cache()`` (the CLI commands call it) keeps compiled programs between processes
 too: JAX's persistent cache, in a private user cache folder (``ATTNFLOW_CACHE_DIR`` overrides it;
 ``ATTNFLOW_CACHE_DIR=off`` turns it off).
 A compiled program read from disk runs as code, so the folder must be one no other user can write
 or swap (:func:`attnflow.numerics.private_folder.check_private_folder`), or the cache is refused.
-(An earlier store of this module's own programs, unpickled from that folder, was removed: it
-checked a file by name and opened it by name again.)
 """
 
 from __future__ import annotations
