@@ -107,6 +107,30 @@ def test_comparison_grids_of_1_to_16_panels_hold_their_layout(tmp_path, monkeypa
     _assert_clean(saved)
 
 
+@pytest.mark.parametrize("d", [3, 4])
+def test_long_panel_titles_wrap_within_their_panel(tmp_path, monkeypatch, d):
+    """The reproduce report's titles name a variant and its expected shape: up to 60 characters
+    on a line (E15 (h) of the report), wider than a panel of the grid at 8 pt."""
+    n, long = 16, "E15 (h) RoPE, nGPT, alpha = 2: Dirac (in the gauge frame)"
+    panels = [
+        {
+            "x": _unit((n, d if k % 2 else 3), seed=k),
+            "color": np.arange(n, dtype=float),
+            "title": f"{long[: 40 + 5 * k]}\nn={n}, content, τ = 8",
+            "color_label": "position i" if k == 3 else None,
+        }
+        for k in range(5)
+    ]
+    with capture_figures(monkeypatch) as saved:
+        plotting.write_comparison_figure(tmp_path / "c.png", panels, ncols=4)
+    _assert_clean(saved)
+    ((fig, _),) = saved
+    titles = [t.get_text() for ax in fig.axes for t in ax.texts if t.get_text().startswith("E15")]
+    # wrapped between words: every word kept, in order
+    assert [" ".join(t.split()) for t in titles] == [" ".join(p["title"].split()) for p in panels]
+    assert max(t.count("\n") for t in titles) >= 2
+
+
 @pytest.mark.parametrize("groups", [1, 6, 16])
 def test_series_panels_on_log_axes_hold_their_layout(tmp_path, monkeypatch, groups):
     ts = np.linspace(0.0, 10.0, 20)
@@ -121,6 +145,22 @@ def test_series_panels_on_log_axes_hold_their_layout(tmp_path, monkeypatch, grou
         plotting.write_series_panels(tmp_path / "e.png", curves, ylabel="(E_max − E)/E_max", logy=True)
         plotting.write_series_figure(tmp_path / "s.png", curves[0][1], ylabel="mean cosine", title="E0")
     _assert_clean(saved)
+
+
+def test_a_legend_in_a_right_corner_ends_at_its_panel_s_frame(tmp_path, monkeypatch):
+    """Curves through both left corners put the legend top right: its long labels (those of the
+    report's E14) end inside the panel, not over the next panel's tick labels."""
+    ts = np.linspace(0.0, 10.0, 20)
+    rise_and_fall = 10.0 ** np.interp(ts, [0.0, 2.5, 5.0, 10.0], [-10.0, 0.0, -5.0, -5.0])
+    labels = ["E14 (c) rescaled clock c = e^-beta, beta = 2, n=4", "E14 (d) sa, beta = 1, n=4"]
+    curves = [(label, ts, rise_and_fall * (1 + k)) for k, label in enumerate(labels)]
+    with capture_figures(monkeypatch) as saved:
+        plotting.write_series_panels(tmp_path / "e.png", [("E14: gap", curves)] * 3, ylabel="gap", logy=True)
+    _assert_clean(saved)
+    ((fig, _),) = saved
+    (ax,) = fig.axes
+    legend = [t for t in ax.texts if getattr(t, "panel_index", None) == 0]
+    assert [t.get_text()[:14] for t in legend] == [label[:14] for label in labels]
 
 
 @pytest.mark.parametrize("d", [3, 5])

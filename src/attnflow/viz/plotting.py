@@ -46,6 +46,7 @@ import functools
 import io
 import math
 import os
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -550,7 +551,15 @@ class _StateGrid:
     the layout test can tell a panel from the space between panels. Projections (``d != 3``) keep
     an Axes each, for their axis labels."""
 
-    def __init__(self, nrows: int, ncols: int, panel: float, *, bar_columns: bool | set[int]) -> None:
+    def __init__(
+        self,
+        nrows: int,
+        ncols: int,
+        panel: float,
+        *,
+        bar_columns: bool | set[int],
+        title_room: float = _TITLE_INCHES,
+    ) -> None:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
 
@@ -559,7 +568,7 @@ class _StateGrid:
         widths = [panel + (room if bar_columns is True or (bar_columns and c in bar_columns) else 0.0)
                   for c in range(ncols)]  # fmt: skip
         self.lefts = np.concatenate([[0.0], np.cumsum(widths)])
-        self.cell_h = panel + _TITLE_INCHES
+        self.cell_h = panel + title_room
         self.width, self.height = float(self.lefts[-1]), nrows * self.cell_h
         self.fig = Figure(figsize=(self.width, self.height))
         FigureCanvasAgg(self.fig)
@@ -954,19 +963,33 @@ def write_comparison_figure(
     nrows = math.ceil(len(panels) / cols)
     labels = _distinct_keys(panels)
     bars = {i % cols for i, label in enumerate(labels) if label is not None}
-    grid = _StateGrid(nrows, cols, _GRID_PANEL_INCHES, bar_columns=bars)
+    size = 8  # small panels: titles of about 36 characters a line fit
+    titles = [None if p is None else _wrapped(p.get("title"), _GRID_PANEL_INCHES, size) for p in panels]
+    lines = max((title.count("\n") + 1 for title in titles if title), default=0)
+    room = max(_TITLE_INCHES, 0.08 + lines * size * 1.4 / 72)  # a third line of title: a taller row
+    grid = _StateGrid(nrows, cols, _GRID_PANEL_INCHES, bar_columns=bars, title_room=room)
     for i, panel in enumerate(panels):
         if panel is None:  # an empty cell
             continue
         grid.draw(
-            i,
-            panel["x"],
-            color=panel.get("color"),
-            title=panel.get("title"),
-            color_label=labels[i],
-            title_size=8,  # small panels: titles of about 40 characters fit
+            i, panel["x"], color=panel.get("color"), title=titles[i], color_label=labels[i], title_size=size
         )
     return grid.save(Path(path), formats)
+
+
+# The widest advance per character of the report's panel titles (DejaVu Sans, mixed text: 0.062 in
+# at 8 pt), per point of font size.
+_CHAR_INCHES_PER_POINT = 0.0625 / 8
+
+
+def _wrapped(title: str | None, width: float, size: float) -> str | None:
+    """``title`` with each of its lines wrapped between words to fit ``width`` inches at ``size``
+    points, with room to spare: titles centred on neighbouring panels never meet."""
+    if not title:
+        return title
+    chars = max(int((width - 0.15) / (_CHAR_INCHES_PER_POINT * size)), 12)
+    wrap = functools.partial(textwrap.wrap, width=chars, break_long_words=False, break_on_hyphens=False)
+    return "\n".join(part for line in title.split("\n") for part in (wrap(line) or [line]))
 
 
 def _distinct_keys(panels: Sequence[Mapping[str, Any]]) -> list[str | None]:
@@ -1193,7 +1216,8 @@ class _SeriesPanel:
         """The curves' labels (6 pt) with a sample of each line, in the corner of the panel that
         the curves cross least (what ``loc="best"`` does, counted on the points drawn)."""
         ax, (x0, y0, w, h) = self.ax, self.box
-        fits = int((w - 0.36) / 0.045)  # characters of 6 pt that fit in the panel beside the sample
+        glyph = 6 * _CHAR_INCHES_PER_POINT  # the widest average advance of a 6 pt character
+        fits = int((w - 0.36) / glyph)  # characters that fit in the panel beside the sample
         labels = [(label if len(label) <= fits else label[: fits - 1] + "…", i)
                   for i, (label, _, _) in enumerate(self.data) if label]  # fmt: skip
         rows = 0.11 * len(labels) + 0.08
@@ -1208,13 +1232,14 @@ class _SeriesPanel:
         right, upper = min(corners, key=lambda corner: (corners[corner], not corner[1], corner[0]))
         colours = curve_colours(len(self.data))
         longest = max(len(label) for label, _ in labels)
-        start = x0 + w * 0.5 + 0.05 if right else x0 + 0.06
+        width = min(0.26 + glyph * longest, w - 0.1)  # the white ground: sample, gap, labels
+        start = x0 + w - width if right else x0 + 0.06  # a right corner's box ends at the frame
         top_row = (y0 + h - 0.1) if upper else (y0 + 0.06 + 0.11 * (len(labels) - 1))
         from matplotlib.patches import Rectangle
 
         ground = Rectangle(  # white, so that the labels read over the curves they cover
             (start - 0.03, top_row - 0.11 * (len(labels) - 1) - 0.06),
-            min(0.26 + 0.045 * longest, w - 0.1),
+            width,
             0.11 * len(labels) + 0.01,
             facecolor="white",
             edgecolor="0.8",
