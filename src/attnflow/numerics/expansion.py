@@ -55,8 +55,8 @@ from attnflow.core.factors import check_softmax_factor
 from attnflow.core.kernel import Kernel
 from attnflow.numerics import lanes
 from attnflow.numerics import polynomial_features as pf
+from attnflow.numerics.summation import check_normalization
 
-NORMALIZATIONS = ("usa", "sa")
 INTERACTIONS = ("auto", "exact", "expansion")
 SUPPORTED_FACTORS = (factors.NoFactor, factors.DistanceBias, factors.ToeplitzCos)
 MAX_RANK = 10_000  # features per token; past this the exact path is the way
@@ -70,10 +70,7 @@ def expansion_degree(beta: float, tolerance: float, *, kind: str = "exp", normal
     docstring for what it bounds). ``kind`` "linear": 0 (the kernel is constant)."""
     if not 0.0 < tolerance < 1.0:
         raise ValueError(f"expansion: `tolerance` must be in (0, 1); got {tolerance!r}.")
-    if normalization not in NORMALIZATIONS:
-        raise ValueError(
-            f"expansion: `normalization` must be one of {NORMALIZATIONS}; got {normalization!r}."
-        )
+    check_normalization(normalization, where="expansion")
     if kind == "linear":
         return 0
     target = tolerance

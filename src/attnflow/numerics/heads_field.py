@@ -27,7 +27,7 @@ from attnflow.core.kernel import Profile
 from attnflow.core.pytree import pytree_field
 from attnflow.core.sphere import project
 from attnflow.numerics import expansion
-from attnflow.numerics.summation import MASKS, NORMALIZATIONS, qkv_energy, qkv_sum
+from attnflow.numerics.summation import MASKS, check_normalization, qkv_energy, qkv_sum
 
 
 def hold_sources(v: jax.Array, sources: int) -> jax.Array:
@@ -57,10 +57,7 @@ class HeadsField:
         d = self.heads[0].d
         if any(h.d != d for h in self.heads):
             raise ValueError(f"attention: every head must act on d = {d}; got {[h.d for h in self.heads]}.")
-        if self.normalization not in NORMALIZATIONS:
-            raise ValueError(
-                f"attention: `normalization` must be one of {NORMALIZATIONS}; got {self.normalization!r}."
-            )
+        check_normalization(self.normalization, where="attention")
         if self.causal not in MASKS:
             raise ValueError(f"attention: `causal` must be one of {MASKS}; got {self.causal!r}.")
         for h, head in enumerate(self.heads):

@@ -38,7 +38,7 @@ from attnflow.core.sphere import project
 from attnflow.numerics.dynamics import VALUES, VectorField
 from attnflow.numerics.integrators import Integrator
 from attnflow.numerics.solve import SnapshotCallback, Trajectory, solve
-from attnflow.numerics.summation import NORMALIZATIONS
+from attnflow.numerics.summation import check_normalization
 
 MAX_GROUP_ENTRIES = 2**22  # batches are evaluated in groups of at most this many p × p entries
 
@@ -68,10 +68,7 @@ def make_random_batch_field(
     """The random-batch approximation of ``make_vector_field(kernel, ...)`` for one partition."""
     if value not in VALUES:
         raise ValueError(f"random_batch: `value` must be one of {VALUES}; got {value!r}.")
-    if normalization not in NORMALIZATIONS:
-        raise ValueError(
-            f"random_batch: `normalization` must be one of {NORMALIZATIONS}; got {normalization!r}."
-        )
+    check_normalization(normalization, where="random_batch")
     check_softmax_factor(kernel.factor, normalization, where="random_batch")
     gauge, profile = kernel.gauge, kernel.profile
     n = gauge.n

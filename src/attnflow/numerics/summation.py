@@ -48,6 +48,12 @@ DENSE_TILES_MAX = 512
 VALUE_COLUMNS = 4  # the value matrix is zero-padded to a multiple of this many columns
 
 
+def check_normalization(normalization: str, *, where: str) -> None:
+    """The one check of ``normalization`` (the sums, the fields, the expansion, random batches)."""
+    if normalization not in NORMALIZATIONS:
+        raise ValueError(f"{where}: `normalization` must be one of {NORMALIZATIONS}; got {normalization!r}.")
+
+
 def _row_blocks(fn, operands, n: int, block_size: int | None):
     """Evaluate ``fn(operands, idx) -> (b, ...)`` over all rows, in one block or in blocks of
     ``block_size`` rows dealt into lanes (``attnflow.numerics.lanes``).
@@ -186,8 +192,7 @@ def attention_sum(
     ``O(n d + block_size²)``, half the kernel evaluations); in float32, row blocks of
     ``block_size`` rows (``lax.map``; memory ``O(n · block_size)``) — see ``symmetric_tiles``.
     """
-    if normalization not in NORMALIZATIONS:
-        raise ValueError(f"kernel: `normalization` must be one of {NORMALIZATIONS}; got {normalization!r}.")
+    check_normalization(normalization, where="kernel")
     if causal == "strict":  # the symmetric tiles hold j <= i: the general sum
         options = dict(normalization=normalization, causal=causal, block_size=block_size)
         return qkv_sum(kernel.factor, kernel.profile, u, u, values, **options)
@@ -281,8 +286,7 @@ def qkv_sum(
     (``block_size`` None or ``>= n``) or in row blocks of ``block_size`` (``lax.map`` over lanes;
     memory ``O(n · block_size)``). The paper's kernel (``q = k`` unit vectors) has the faster
     symmetric path :func:`attention_sum`."""
-    if normalization not in NORMALIZATIONS:
-        raise ValueError(f"kernel: `normalization` must be one of {NORMALIZATIONS}; got {normalization!r}.")
+    check_normalization(normalization, where="kernel")
     if causal not in MASKS:
         raise ValueError(f"kernel: `causal` must be one of {MASKS}; got {causal!r}.")
     n, dv = values.shape
