@@ -138,13 +138,10 @@ def run_tasks(fn: Callable[..., Any], tasks: Sequence[tuple], *, workers: int) -
         for index, task in enumerate(tasks):
             yield index, fn(*task)
         return
-    context = multiprocessing.get_context("spawn")
     pool = ProcessPoolExecutor(
-        max_workers=min(workers, len(tasks)),
-        mp_context=context,
-        initializer=die_with_parent,
-        initargs=(os.getpid(),),
-    )
+        max_workers=min(workers, len(tasks)), mp_context=multiprocessing.get_context("spawn"),
+        initializer=die_with_parent, initargs=(os.getpid(),),
+    )  # fmt: skip
     finished = False
     try:
         # a spawn pool starts its processes as tasks are submitted: all of them start here

@@ -435,14 +435,10 @@ def solve_streaming(
         snapshots = len(ts)
     per_run = stats if batched else stats[0]
     return SolveStatistics(
-        statuses=Status.from_codes(codes),
-        steps=int((stats[:, 0] + stats[:, 1]).max()),
-        accepted=per_run[..., 0],
-        rejected=per_run[..., 1],
-        evaluations=per_run[..., 2],
-        compile_time_s=compile_time,
-        snapshots=snapshots,
-    )
+        statuses=Status.from_codes(codes), steps=int((stats[:, 0] + stats[:, 1]).max()),
+        accepted=per_run[..., 0], rejected=per_run[..., 1], evaluations=per_run[..., 2],
+        compile_time_s=compile_time, snapshots=snapshots,
+    )  # fmt: skip
 
 
 def solve(
@@ -489,12 +485,6 @@ def solve(
     )  # fmt: skip
     ts, xs = collector.arrays()
     return Trajectory(
-        ts=ts,
-        xs=xs,
-        statuses=result.statuses,
-        steps=result.steps,
-        accepted=result.accepted,
-        rejected=result.rejected,
-        evaluations=result.evaluations,
-        compile_time_s=result.compile_time_s,
-    )
+        ts=ts, xs=xs, statuses=result.statuses, steps=result.steps, accepted=result.accepted,
+        rejected=result.rejected, evaluations=result.evaluations, compile_time_s=result.compile_time_s,
+    )  # fmt: skip
