@@ -575,16 +575,49 @@ class _StateGrid:
         self._canvas: Axes | None = None
         self._wires: list[Any] = []
         self._pieces: dict[Any, list[np.ndarray]] = {}
+        # the panels' points by colour range (None: one colour), drawn by `save` as one scatter
+        # per range: a collection per panel cost more to make and draw than its few points
+        self._points: dict[tuple[float, float] | None, list[tuple[np.ndarray, ...]]] = {}
 
     def save(self, path: Path, formats: Sequence[str] | None) -> Path:
         """Join each shared line's pieces (NaN between them: one path each, set once, not grown
-        panel by panel) and save the figure (:func:`_save`)."""
+        panel by panel), draw the panels' points (one scatter per colour range, in the order each
+        panel queued them: panels do not overlap) and save the figure (:func:`_save`)."""
         gap = np.full((1, 2), np.nan)
         for wires, pieces in self._pieces.items():
             if pieces:
                 joined = np.concatenate([part for piece in pieces for part in (piece, gap)][:-1])
                 wires.set_data(joined[:, 0], joined[:, 1])
+        for limits, pieces in self._points.items():
+            xy, values, sizes, alphas = (np.concatenate(part) for part in zip(*pieces, strict=True))
+            dots = _dots(self._shared(), xy, None if limits is None else values, cmap=LABEL_CMAP, s=sizes,
+                         alpha=alphas)  # fmt: skip
+            if limits is not None:
+                dots.set_clim(*limits)
         return _save(self.fig, path, formats)
+
+    def _queue_points(self, xy: np.ndarray, values: np.ndarray | None, sizes, alphas) -> Any:
+        """Queue points at ``xy`` (inches, in drawing order) for the scatter of their colour range
+        (:meth:`save`); returns what keys their colours (a mappable of that range and of
+        ``values``), or None for one colour, or a scatter drawn now for undefined colours."""
+        from matplotlib.cm import ScalarMappable
+        from matplotlib.colors import Normalize
+
+        sizes = np.broadcast_to(np.asarray(sizes, dtype=float), (xy.shape[0],))
+        alphas = np.broadcast_to(np.asarray(1.0 if alphas is None else alphas, dtype=float), (xy.shape[0],))
+        if values is not None and not np.all(np.isfinite(values)):  # undefined colours: drawn alone
+            return _dots(self._shared(), xy, values, cmap=LABEL_CMAP, s=sizes, alpha=alphas)
+        limits = None
+        if values is not None:  # as the scatter's autoscale sets them, one label as its first colour
+            low, high = float(values.min()), float(values.max())
+            limits = (low, high if high > low else low + 1.0)
+        shown = np.zeros(xy.shape[0]) if values is None else values
+        self._points.setdefault(limits, []).append((xy, shown, sizes, alphas))
+        if limits is None:
+            return None
+        key = ScalarMappable(norm=Normalize(*limits), cmap=LABEL_CMAP)
+        key.set_array(values)
+        return key
 
     def _rect(self, left: float, bottom: float, width: float, height: float) -> list[float]:
         return [left / self.width, bottom / self.height, width / self.width, height / self.height]
@@ -624,8 +657,11 @@ class _StateGrid:
         frame = np.array([[x0, y0], [x0 + side, y0], [x0 + side, y0 + side], [x0, y0 + side], [x0, y0]])
         self._pieces[self._wires[2]].append(ring)
         self._pieces[self._frames].append(frame)
-        dots = _dots(ax, centre + radius * coords, values, cmap=LABEL_CMAP, s=_MARKER_SIZE)
-        dots.set_clip_path(Rectangle((x0, y0), side, side, transform=ax.transData))
+        if np.all(np.abs(coords) <= 1.0):  # inside the square: with the spheres' points
+            dots = self._queue_points(centre + radius * coords, values, _MARKER_SIZE, None)
+        else:  # not a unit vector's: clipped to the square
+            dots = _dots(ax, centre + radius * coords, values, cmap=LABEL_CMAP, s=_MARKER_SIZE)
+            dots.set_clip_path(Rectangle((x0, y0), side, side, transform=ax.transData))
         ax.panel_boxes.append(self._rect(x0, y0, side, side))
         names = ("x₁", "x₂") if d == 2 else (f"PC 1 (d = {d})", "PC 2")
         ax.text(x0 + side / 2, y0 - 0.05, names[0], fontsize=8, ha="center", va="top")
@@ -656,7 +692,9 @@ class _StateGrid:
             centre = (left + self.panel / 2, bottom + self.panel / 2)
             for wires, line in zip(self._wires, _wireframe(), strict=True):
                 self._pieces[wires].append(np.asarray(centre) + radius * line)
-            dots = _flat_scatter(ax, pts, values, cmap=LABEL_CMAP, centre=centre, radius=radius)
+            order, xy, style = _flat_points(pts)  # as _flat_scatter draws them
+            shown = None if values is None else values[order]
+            dots = self._queue_points(np.asarray(centre) + radius * xy, shown, style["s"], style["alpha"])
             ax.panel_boxes.append(self._rect(centre[0] - radius, centre[1] - radius, 2 * radius, 2 * radius))
             if title is not None:  # at the top of the cell, where a 3-D panel's title sits
                 ax.text(centre[0], bottom + self.panel + 0.06, title, fontsize=title_size,
@@ -668,7 +706,7 @@ class _StateGrid:
                 middle = left + _LABEL_ROOM + (self.panel - _LABEL_ROOM) / 2
                 ax.text(middle, bottom + self.panel + 0.06, title, fontsize=title_size,
                         ha="center", va="bottom", multialignment="center")  # fmt: skip
-        if color is not None and color_label is not None:
+        if dots is not None and color is not None and color_label is not None:
             height = 0.6 * self.panel
             box = (left + self.panel + _BAR_GAP, bottom + (self.panel - height) / 2, _BAR_WIDTH, height)
             _colour_key(self._shared(), dots, color_label, box)
