@@ -64,7 +64,7 @@ MUTANTS = {
 }
 
 
-_ALL = tuple(f"E{k}" for k in range(16))
+_ALL = tuple(f"E{k}" for k in range(17))
 _BARE = ("E0", "E10", "E11", "E12", "E14")  # no gauge, no factor (E10-E12: layers without them)
 _NO_GAUGE = (*_BARE, "E4", "E5")
 # Where a mutant cannot act: the part it changes is not there (its field is the real one; checked
@@ -76,7 +76,7 @@ CANNOT_ACT = {
     **{("Q^T for Q", e): "no gauge" for e in _NO_GAUGE},
     ("Q^T for Q", "E8"): "Householder reflections are symmetric: Q^T = Q",
     **{("values swapped", e): "no gauge: both values are x_j" for e in _NO_GAUGE},
-    **{("factor ignored", e): "w = 1" for e in _ALL if e not in ("E4", "E5")},
+    **{("factor ignored", e): "w = 1" for e in _ALL if e not in ("E4", "E5", "E16")},
     **{("causal ignored", e): "no mask" for e in _ALL if e != "E10"},
     **{("sa as usa", e): "usa already" for e in _ALL if e not in ("E10", "E14")},
     **{("expansion loosened", e): "the exact path" for e in _ALL if e != "E14"},

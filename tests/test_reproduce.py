@@ -79,8 +79,9 @@ def _job(
 def test_every_packaged_experiment_loads_and_names_known_metrics():
     ids = experiment_ids()
     # the paper's experiments E0-E9, the attention layers' E10-E13 (docs/experiments-attention.md),
-    # E14 the equiangular reduction, E15 the layer norms in it (docs/mutants.md)
-    assert ids == [f"E{k}" for k in range(16)]
+    # E14 the equiangular reduction, E15 the layer norms in it (docs/mutants.md), E16 the particles
+    # against the mean-field density (docs/density.md)
+    assert ids == [f"E{k}" for k in range(17)]
     loaded = load_experiments()
     assert [e.id for e in loaded] == ids
     reproduce_plan.plan(loaded)  # raises on an unknown metric name

@@ -1,17 +1,24 @@
 """Particles against the density: the same labelled setting on S^1 solved as a law and as n tokens.
 
-The setting: RoPE (``α = 2πξ``) with the Toeplitz cosine factor on :data:`LABELS` position nodes
+The setting: RoPE (``α = 2πξ``) with the Toeplitz cosine factor on :data:`LABELS` = 3 position nodes
 (the midpoint rule on [0, 1)), the exp profile at ``β = 1``, usa, and an initial law per label, a von
 Mises bump (κ = 1) centred at ``πξ``: in the gauge frame the labels' bumps sit at ``−πξ``, so the
 mean-field flow moves and sharpens each label's law differently (a bump centred at ``2πξ`` would not
 move at all: in the gauge frame every label's law would be the same, and the Toeplitz cosine's
-weights sum to zero over the four nodes), and no symmetry leaves the finite-n noise to decide where
-it goes. The density runs on :data:`GRID` angles (its
-resolution indicator stays at round-off); the particles are ``n/LABELS`` tokens per node, their
-initial angles drawn iid from the node's initial density, moved by attnflow's RK4 (``solve``). The
-distance is W1 per label on the circle, averaged over the labels
-(:func:`attnflow.analysis.density_distance.labelled_circle_w1`): the sampling noise carried by the
-flow, ``~ n^{-1/2}`` (RK4 at ``dt = 0.05`` errs about 1e-6).
+weights sum to zero over the nodes), and no symmetry leaves the finite-n noise to decide where it
+goes. (With four nodes every pair of labels that interacts, ``w ≠ 0``, would be 0 or π apart, where
+``Q_iᵀQ_j`` is symmetric: a simulator with ``Qᵀ`` for ``Q`` would move exactly like the real one.)
+
+The density runs on :data:`GRID` angles (its resolution indicator stays at round-off); the
+particles are ``n/LABELS`` tokens per node, their initial angles drawn iid from the node's initial
+density, moved by attnflow's RK4 (``solve``). The distance is W1 per label on the circle, averaged
+over the labels (:func:`attnflow.analysis.density_distance.labelled_circle_w1`): the sampling noise
+carried by the flow, ``~ n^{-1/2}`` (RK4 at ``dt = 0.05`` errs about 1e-6).
+
+Both solvers are also checked against the closed form of the growth rates about the uniform law
+(w = 1, no gauge, usa, c = 1): mode ``k`` grows at ``σ_k = k² I_k(β)/β``
+(:func:`growth_rate_errors`; the particles from ``n`` equispaced tokens displaced by ``ε cos kφ``,
+the density from ``1/2π + ε cos kθ``). reproduce's E16 runs these rows (:func:`reproduce_values`).
 
 ``python -m attnflow.workflows.density_particles --out DIR`` writes ``distances.json``, ``table.md``
 and ``density_particles.png`` (the densities beside a particle histogram, the distance against n
@@ -42,11 +49,34 @@ from attnflow.numerics.dynamics import make_vector_field
 from attnflow.numerics.integrators import RK4
 from attnflow.numerics.solve import solve
 
-__all__ = ["GRID", "LABELS", "SIZES", "Comparison", "compare", "density_law", "initial_law", "particle_laws"]
+__all__ = [
+    "DENSITY_METRICS",
+    "GRID",
+    "LABELS",
+    "SIZES",
+    "Comparison",
+    "compare",
+    "density_law",
+    "growth_rate_errors",
+    "initial_law",
+    "particle_laws",
+    "reproduce_values",
+]
 
-GRID, LABELS, OMEGA, BETA, T_END, DT = 128, 4, 2.0 * np.pi, 1.0, 2.0, 0.05
-SIZES = (256, 1024, 4096)  # tokens: 64 per label and up
+GRID, LABELS, OMEGA, BETA, T_END, DT = 128, 3, 2.0 * np.pi, 1.0, 2.0, 0.05
+SIZES = (192, 768, 3072)  # tokens: 64 per label and up
 SEEDS = 8
+GROWTH_MODES, GROWTH_EPS, GROWTH_T, GROWTH_DT, GROWTH_TOKENS = (1, 2, 3, 4), 1e-5, 2.0, 0.01, 64
+
+# What reproduce's E16 measures (reproduce_values), with their meaning.
+DENSITY_METRICS = {
+    "density_w1_scaled": "sqrt(n) times the W1 distance per label (averaged over the labels) between the "
+    "particle law at tau = 2 and the density: the sampling noise carried by the flow, about constant in n",
+    "density_mass_error": "max over the labels of |mass - 1| of the density at tau = 2",
+    "density_growth_error": "max over the modes k = 1..4 of |sigma_k measured / (k^2 I_k(beta)/beta) - 1| "
+    "for the density solver about the uniform law",
+    "particle_growth_error": "the same for 64 equispaced particles displaced in mode k (through solve)",
+}
 
 
 def initial_law(labels) -> np.ndarray:
@@ -85,11 +115,12 @@ def density_law() -> tuple[np.ndarray, np.ndarray]:
     return f0, np.asarray(states.f[-1])
 
 
-def particle_laws(n: int, seeds: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(label index (n,), final angles (seeds, n))``: ``seeds`` runs of ``n`` tokens (``n/LABELS``
-    per node) from iid draws of the initial law, moved by RK4 to ``T_END``."""
+def particle_laws(n: int, seeds: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(label index (m,), initial and final angles (len(seeds), m) each)``: one run per seed of
+    ``m`` tokens, ``n`` rounded down to a multiple of :data:`LABELS` (at least one token per label),
+    the same number per node, from iid draws of the initial law, moved by RK4 to ``T_END``."""
     labels, profile, f0 = _setting()
-    per_label = n // LABELS
+    per_label = max(n // LABELS, 1)
     index = np.repeat(np.arange(LABELS), per_label)
     xi = np.asarray(labels.nodes)[index]
     kernel = Kernel(
@@ -97,15 +128,87 @@ def particle_laws(n: int, seeds: int) -> tuple[np.ndarray, np.ndarray]:
         factors.ToeplitzCos(xi=jnp.asarray(xi), omega=jnp.asarray(OMEGA)),
         profile,
     )
-    draws = [
-        np.concatenate(density_distance.sample_density(f0, per_label, np.random.default_rng(s)))
-        for s in range(seeds)
-    ]
-    x0 = np.stack([np.stack([np.cos(t), np.sin(t)], axis=-1) for t in draws])
+    draws = np.stack(
+        [
+            np.concatenate(density_distance.sample_density(f0, per_label, np.random.default_rng(s)))
+            for s in seeds
+        ]
+    )
+    x0 = np.stack([np.cos(draws), np.sin(draws)], axis=-1)
     field = make_vector_field(kernel)
     run = solve(field, jnp.asarray(x0), integrator=RK4(), dt=DT, t_end=T_END, save_every=T_END, workers=1)
     ends = np.asarray(run.xs[-1])
-    return index, np.arctan2(ends[..., 1], ends[..., 0])
+    return index, draws, np.arctan2(ends[..., 1], ends[..., 0])
+
+
+def _mode_rates(start: np.ndarray, end: np.ndarray, phases: np.ndarray) -> np.ndarray:
+    """``log(|c_k(T)| / |c_k(0)|) / GROWTH_T`` for each mode of :data:`GROWTH_MODES`, ``c_k`` the
+    ``k``-th Fourier coefficient over ``phases`` of each row (row ``i``: the run of mode ``i``)."""
+    modes = np.asarray(GROWTH_MODES)[:, None]
+    coefficient = lambda values: np.abs(np.mean(values * np.exp(-1j * modes * phases), axis=1))  # noqa: E731
+    return np.log(coefficient(end) / coefficient(start)) / GROWTH_T
+
+
+def growth_rate_errors(beta: float = BETA) -> dict[str, float]:
+    """``max_k |σ_k measured / σ_k − 1|`` over :data:`GROWTH_MODES` for the density solver
+    (``"density"``) and for the particles (``"particles"``, :data:`GROWTH_TOKENS` equispaced tokens,
+    through ``solve``), ``σ_k = k² I_k(β)/β`` (w = 1, no gauge, usa, c = 1). One run per mode, of
+    amplitude :data:`GROWTH_EPS` (its square feeds modes 0 and 2k only), to ``GROWTH_T`` by RK4 at
+    ``GROWTH_DT``: the RK4 error ``(σ dt)^4/120``, the nonlinearity and the round-off are below 1e-8."""
+    modes = np.asarray(GROWTH_MODES)
+    exact = modes**2 * scipy.special.iv(modes, beta) / beta
+    profile = make_profile("exp", beta=beta)
+    steps = round(GROWTH_T / GROWTH_DT)
+    # the density: one run per mode, vmapped (independent runs)
+    field = density_circle.make_circle_field(
+        profile, grid=GRID // 2, labels=density_circle.position_labels(1)
+    )
+    theta = density_circle.grid_angles(GRID // 2)
+    f0 = 1.0 / (2.0 * np.pi) + GROWTH_EPS * np.cos(modes[:, None] * theta)[:, None, :]
+    final = jax.jit(jax.vmap(lambda f: integrate(
+        field, density_circle.CircleDensity(f), integrator=RK4(retraction="none"), dt=GROWTH_DT,
+        steps_per_snapshot=steps, snapshots=1,
+    )[1].f[-1]))(jnp.asarray(f0))  # fmt: skip
+    density = _mode_rates(f0[:, 0], np.asarray(final)[:, 0], theta)
+    # the particles: equispaced tokens displaced by eps cos(k phi), one run per mode (a batch)
+    phases = 2.0 * np.pi * np.arange(GROWTH_TOKENS) / GROWTH_TOKENS
+    angles = phases + GROWTH_EPS * np.cos(modes[:, None] * phases)
+    x0 = np.stack([np.cos(angles), np.sin(angles)], axis=-1)
+    kernel = Kernel(gauges.IdentityGauge(n=GROWTH_TOKENS, d=2), factors.NoFactor(n=GROWTH_TOKENS), profile)
+    run = solve(make_vector_field(kernel), jnp.asarray(x0), integrator=RK4(), dt=GROWTH_DT, t_end=GROWTH_T,
+                save_every=GROWTH_T, workers=1)  # fmt: skip
+    ends = np.asarray(run.xs[-1])
+    moved = np.angle(np.exp(1j * (np.arctan2(ends[..., 1], ends[..., 0]) - phases)))
+    particles = _mode_rates(angles - phases, moved, phases)
+    return {
+        "density": float(np.max(np.abs(density / exact - 1.0))),
+        "particles": float(np.max(np.abs(particles / exact - 1.0))),
+    }
+
+
+def reproduce_values(
+    n: int, seeds: Sequence[int]
+) -> tuple[list[dict], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """E16's values (:data:`DENSITY_METRICS`) for ``seeds`` runs of ``n`` tokens (as
+    :func:`particle_laws` rounds it), with the first seed's ``(label index, RoPE angle, initial
+    angles, final angles)`` of each token for the figure."""
+    labels, _, _ = _setting()
+    f0, f_end = density_law()
+    mass_error = float(np.max(np.abs(2.0 * np.pi * f_end.mean(axis=1) - 1.0)))
+    errors = growth_rate_errors()
+    index, start, end = particle_laws(n, seeds)
+    values = []
+    for seed, theta in zip(seeds, end, strict=True):
+        w1 = density_distance.labelled_circle_w1(theta, index, f_end, labels.weights)
+        final = {
+            "density_w1_scaled": float(np.sqrt(len(index)) * w1),
+            "density_mass_error": mass_error,
+            "density_growth_error": errors["density"],
+            "particle_growth_error": errors["particles"],
+        }
+        values.append({"seed": seed, "final": final})
+    turn = OMEGA * np.asarray(labels.nodes)[index]  # each token's RoPE angle: u = R(turn) x
+    return values, (index, turn, start[0], end[0])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,7 +229,7 @@ def compare(sizes: Sequence[int] = SIZES, seeds: int = SEEDS) -> Comparison:
     _, f_end = density_law()
     rows = []
     for n in sizes:
-        index, theta = particle_laws(n, seeds)
+        index, _, theta = particle_laws(n, range(seeds))
         rows.append([density_distance.labelled_circle_w1(t, index, f_end, labels.weights) for t in theta])
     distances = np.asarray(rows)
     slope = float(np.polyfit(np.log(sizes), np.log(distances.mean(axis=1)), 1)[0])
@@ -161,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     })  # fmt: skip
     write_text(args.out / "table.md", _table(result))
     f0, f_end = density_law()
-    index, theta = particle_laws(max(result.sizes), 1)
+    index, _, theta = particle_laws(max(result.sizes), [0])
     plot_comparison(f0, f_end, index, theta[0], result, args.out / "density_particles.png")
     print(_table(result), end="")
 

@@ -81,6 +81,7 @@ KINDS = ("simulate", "realize_orbit", "realize_sphere")
 REALIZE_PARAMETERS = {
     "realize_orbit": ("weights", "kappas", "mus", "beta", "t_end", "dt", "save_every"),
     "realize_sphere": ("target_seed", "v0", "gauge", "sigma", "beta", "t_end", "dt", "save_every"),
+    "density": (),  # the setting is attnflow.workflows.density_particles's
 }
 OPS = ("<", "<=", ">", ">=", "==", "~=", "in")
 SCOPES = ("every seed", "median", "min", "max", "count")
@@ -144,7 +145,7 @@ class Experiment(_Frozen):
     title: str
     setting: str
     shape: str = ""
-    kind: Literal["simulate", "realize_orbit", "realize_sphere"] = "simulate"
+    kind: Literal["simulate", "realize_orbit", "realize_sphere", "density"] = "simulate"
     sizes: tuple[int, ...] = Field(min_length=1)
     seeds: tuple[int, ...] = Field(min_length=1)
     report_times: tuple[float, ...] = ()

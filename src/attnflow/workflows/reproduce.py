@@ -60,12 +60,12 @@ from attnflow.core.factors import MatrixFactor, NoFactor
 from attnflow.core.gauges import DenseGauge
 from attnflow.io import reproduce_folder
 from attnflow.io.config import Config
-from attnflow.io.outcomes import FigureData, JobResult, Outcome
+from attnflow.io.outcomes import FigureData, JobResult, Outcome, time_label
 from attnflow.numerics import batch, placement, program_cache
 from attnflow.numerics.dynamics import AttentionField, make_vector_field
 from attnflow.numerics.layer_norms import LayerNormField
 from attnflow.numerics.solve import solve
-from attnflow.workflows import realize
+from attnflow.workflows import density_particles, realize
 from attnflow.workflows.build import Simulation, build, make_initial
 from attnflow.workflows.experiments import evaluate, experiment_ids, load_experiments
 from attnflow.workflows.reproduce_measure import (
@@ -304,9 +304,28 @@ def _realize(job: Job, tick: Tick) -> JobResult:
                      figure)  # fmt: skip
 
 
+def _density(job: Job, tick: Tick) -> JobResult:
+    """E16: the particle law against the density solver, and both against the growth rates'
+    closed form (:func:`attnflow.workflows.density_particles.reproduce_values`)."""
+    start = time.perf_counter()
+    values, (index, turn, first, last) = density_particles.reproduce_values(job.n, job.seeds)
+    tick(len(job.seeds))
+    on_circle = lambda theta: np.stack([np.cos(theta), np.sin(theta)], axis=-1)  # noqa: E731
+    states = {time_label(t): (on_circle(theta), on_circle(theta + turn))  # the gauge frame u = R(turn) x
+              for t, theta in ((0.0, first), (None, last))}  # fmt: skip
+    horizon = np.array([0.0, density_particles.T_END])
+    figure = FigureData(color=index.astype(float), states=states, series={"t": horizon})
+    wall = time.perf_counter() - start
+    timing = {"wall_s": wall, "build_s": 0.0, "compile_s": 0.0, "run_s": wall, "measure_s": 0.0, "steps": 0}
+    result = (job.experiment.id, job.variant.name, job.label, job.n, job.seeds, "ok", "")
+    return JobResult(*result, values, timing, figure)
+
+
 def run_job(job: Job, tick: Tick) -> JobResult:
     """Run one job; a failure inside it is recorded as status "error" (its expectations then fail)."""
     try:
+        if job.experiment.kind == "density":
+            return _density(job, tick)
         return _simulate(job, tick) if job.experiment.kind == "simulate" else _realize(job, tick)
     except Exception as error:  # noqa: BLE001 - one broken experiment must not hide the others
         return JobResult(job.experiment.id, job.variant.name, job.label, job.n, job.seeds, "error",

@@ -15,12 +15,13 @@ from collections.abc import Sequence
 
 from attnflow.io.outcomes import METRICS
 from attnflow.numerics.solve import snapshot_count
+from attnflow.workflows.density_particles import DENSITY_METRICS
 from attnflow.workflows.experiments import Experiment, Variant, experiment_ids
 from attnflow.workflows.reproduce_measure import CONJUGATE_METRICS, LAYER_METRICS
 from attnflow.workflows.reproduce_rates import THEORY_METRICS
 
 # every name an expectation may use
-MEASURED = {**METRICS, **LAYER_METRICS, **THEORY_METRICS, **CONJUGATE_METRICS}
+MEASURED = {**METRICS, **LAYER_METRICS, **THEORY_METRICS, **CONJUGATE_METRICS, **DENSITY_METRICS}
 
 __all__ = ["Job", "parse_only", "parse_sizes", "plan", "structure_key"]
 
