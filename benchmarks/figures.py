@@ -21,7 +21,9 @@ line's own code), with the drawing wrapped to add up the process CPU time spent 
 Targets (issue 28, item 10): at most a fifth for a run, at most a quarter for the report.
 
 ``python benchmarks/figures.py`` (about 3 min on 2 cores) prints the numbers; ``--write`` also puts
-them in ``benchmarks/RESULTS.md`` (its ``figures`` section, replaced on each write).
+them in ``benchmarks/RESULTS.md`` (its ``figures`` section, replaced on each write). ``--json PATH``
+keeps the raw numbers; ``--before PATH --before-label TEXT`` adds those of an earlier run (another
+tree's figures, say: run this script from a copy of the tree with ``PYTHONPATH`` on its ``src``).
 """
 
 from __future__ import annotations
@@ -147,8 +149,20 @@ def measure(runs: int) -> dict:
     }
 
 
-def section(result: dict) -> str:
-    """The Markdown section of ``RESULTS.md``."""
+def _before_lines(before: dict, label: str) -> list[str]:
+    """The earlier run ``before`` (:func:`measure`'s numbers) in a sentence, named ``label``."""
+    load = ", ".join(f"{v:.2f}" for v in before["load_before"])
+    report = before["report"]
+    return [
+        "",
+        f"Before ({label}; run of {before['date']}, load {load}): the report's drawing "
+        f"{report['drawing_cpu_s']:.2f} of {report['total_cpu_s']:.2f} CPU-s "
+        f"(**{before['drawing_ratio']:.3f}**), a run's figures a median share of {before['run_ratio']:.3f}.",
+    ]
+
+
+def section(result: dict, before: dict | None = None, before_label: str = "an earlier run") -> str:
+    """The Markdown section of ``RESULTS.md`` (with the numbers of an earlier run ``before``)."""
     load = ", ".join(f"{v:.2f}" for v in result["load_before"])
     after = ", ".join(f"{v:.2f}" for v in result["load_after"])
     run, report = result["run"], result["report"]
@@ -186,6 +200,7 @@ def section(result: dict) -> str:
         f"| **{result['drawing_ratio']:.3f}** | {result['report_ratio']:.3f} |",
         "",
         f"Target for the drawing at most {REPORT_TARGET}.",
+        *(_before_lines(before, before_label) if before is not None else []),
         END,
     ]
     return "\n".join(lines) + "\n"
@@ -207,6 +222,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="measured runs (after one warm-up)")
     parser.add_argument("--write", action="store_true", help="put the section in benchmarks/RESULTS.md")
     parser.add_argument("--json", type=Path, help="also write the raw numbers here")
+    parser.add_argument("--before", type=Path, help="the raw numbers (--json) of an earlier run, shown too")
+    parser.add_argument("--before-label", default="an earlier run", help="what the earlier run measured")
     parser.add_argument("--child", choices=("run", "report"), help=argparse.SUPPRESS)
     parser.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -214,8 +231,9 @@ def main() -> None:
         measured = child_run(args.child_out) if args.child == "run" else child_report(args.child_out)
         print(json.dumps(measured))
         return
+    before = json.loads(args.before.read_text()) if args.before else None
     result = measure(args.runs)
-    text = section(result)
+    text = section(result, before, args.before_label)
     print(text)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
