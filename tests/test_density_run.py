@@ -215,6 +215,19 @@ def test_the_example_runs(tmp_path):
     assert result.exit_code == 0, result.output
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["run"]["status"] == "ok" and metrics["mass_error"] <= 1e-12
+    # `attnflow plot` redraws the same figures from the folder alone
+    drawn = {path.name: path.read_bytes() for path in (out / "figures").iterdir()}
+    assert set(drawn) == {"density.png", "series.png"}
+    for path in (out / "figures").iterdir():
+        path.unlink()
+    result = invoke("plot", str(out))
+    assert result.exit_code == 0, result.output
+    assert {path.name: path.read_bytes() for path in (out / "figures").iterdir()} == drawn
+    (out / "metrics.json").unlink()  # a killed run's folder: the law only, from the store's times
+    (out / "figures" / "density.png").unlink()
+    result = invoke("plot", str(out))
+    assert result.exit_code == 0, result.output
+    assert (out / "figures" / "density.png").read_bytes() == drawn["density.png"]
 
 
 def test_a_particle_config_has_no_density_key():

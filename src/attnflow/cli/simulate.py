@@ -129,7 +129,7 @@ DENSITY_KEYS = ("energy", "energy_monotone", "mass_error", "spread", "slice_spre
 
 @app.command(cls=Command)
 def plot(run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="A run folder.")]) -> None:
-    """Redraw the figures of a run folder from its stored trajectory."""
+    """Redraw the figures of a run folder from its stored trajectory (or density)."""
     from attnflow.workflows.run import replot
 
     with user_errors():

@@ -301,7 +301,8 @@ def _finish(
     with run_folder.status_last(out_dir, info, functools.partial(_close, writer)) as summary:
         summary.update(series.summary())
         if figures and summary:
-            _write_figures(run, out_dir, summary["series"])
+            coords = {name: values for name, (_, values, _) in run.coords.items()}
+            _write_figures(out_dir, summary["series"], coords)
     return {**summary, "run": info}
 
 
@@ -310,13 +311,15 @@ def _close(writer, metrics: dict) -> None:
         writer.close(metrics["run"]["status"])
 
 
-def _write_figures(run: DensityRun, out_dir: Path, series: dict) -> list[Path]:
+def _write_figures(out_dir: Path, series: dict, coords: dict[str, np.ndarray]) -> list[Path]:
+    """The law at a few snapshots and, where ``series`` has more than the times, the metric series;
+    ``coords`` the store's coordinates (``theta``, ``label`` on the circle, ``lat``, ``lon`` on the
+    sphere)."""
     folder, path = out_dir / "figures", out_dir / STORE
-    count = len(series["t"])
-    ts, arrays = read_snapshots(path, density_figures.figure_times(count))
-    title = f"{out_dir.name}: density on S^{1 if run.domain == 'circle' else 2}"
-    coords = {name: values for name, (_, values, _) in run.coords.items()}
-    if run.domain == "circle":
+    ts, arrays = read_snapshots(path, density_figures.figure_times(len(series["t"])))
+    circle = "theta" in coords
+    title = f"{out_dir.name}: density on S^{1 if circle else 2}"
+    if circle:
         law = density_figures.write_circle_figure(
             folder / "density.png", theta=coords["theta"], labels=coords["label"], weights=coords["weight"],
             ts=ts, fs=arrays["f"], title=title,
@@ -326,4 +329,16 @@ def _write_figures(run: DensityRun, out_dir: Path, series: dict) -> list[Path]:
             folder / "density.png", lat=coords["lat"], lon=coords["lon"], weights=coords["weight"],
             ts=ts, fs=arrays["f"], title=title,
         )  # fmt: skip
+    if set(series) == {"t"}:
+        return [law]
     return [law, density_figures.write_series_figure(folder / "series.png", series, title=title)]
+
+
+def replot(run_dir: str | os.PathLike) -> list[Path]:
+    """Redraw the figures of a density run folder from its store and the series of its
+    ``metrics.json`` (only the law's figure where a killed run left no ``metrics.json``)."""
+    run_dir = Path(run_dir)
+    stored = read_density(run_dir / STORE, arrays=())
+    metrics_path = run_dir / "metrics.json"
+    series = json.loads(metrics_path.read_text()).get("series", {}) if metrics_path.exists() else {}
+    return _write_figures(run_dir, series or {"t": list(stored.ts)}, stored.coords)
