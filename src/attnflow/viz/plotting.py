@@ -1022,12 +1022,26 @@ _CHAR_INCHES_PER_POINT = 0.0625 / 8
 
 def _wrapped(title: str | None, width: float, size: float) -> str | None:
     """``title`` with each of its lines wrapped between words to fit ``width`` inches at ``size``
-    points, with room to spare: titles centred on neighbouring panels never meet."""
+    points, with room to spare: titles centred on neighbouring panels never meet. A wrapped line
+    is cut after its first colon when the part before it fits ("E15 (h) RoPE, nGPT, alpha = 2:" /
+    "Dirac (in the gauge frame)": the run, then its shape), and into pieces of even length
+    ("E10 (a) random W_Q," / "W_K, n=32, seed 0", not a "0" alone on the second line)."""
     if not title:
         return title
     chars = max(int((width - 0.15) / (_CHAR_INCHES_PER_POINT * size)), 12)
-    wrap = functools.partial(textwrap.wrap, width=chars, break_long_words=False, break_on_hyphens=False)
-    return "\n".join(part for line in title.split("\n") for part in (wrap(line) or [line]))
+
+    def wrap(line: str, width: int) -> list[str]:
+        return textwrap.wrap(line, width=width, break_long_words=False, break_on_hyphens=False) or [line]
+
+    lines = []
+    for whole in title.split("\n"):
+        head, colon, rest = whole.partition(": ")
+        parts = [head + ":", rest] if len(whole) > chars and colon and len(head) + 1 <= chars else [whole]
+        for line in parts:
+            count = len(wrap(line, chars))
+            shortest = -(-len(line) // count)  # the narrowest width that could give as few pieces
+            lines += next(wrap(line, w) for w in range(shortest, chars + 1) if len(wrap(line, w)) <= count)
+    return "\n".join(lines)
 
 
 def _distinct_keys(panels: Sequence[Mapping[str, Any]]) -> list[str | None]:
