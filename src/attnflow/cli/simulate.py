@@ -130,10 +130,12 @@ DENSITY_KEYS = ("energy", "energy_monotone", "mass_error", "spread", "slice_spre
 @app.command(cls=Command)
 def plot(run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="A run folder.")]) -> None:
     """Redraw the figures of a run folder from its stored trajectory (or density)."""
-    from attnflow.workflows.run import replot
+    from attnflow.workflows import density_run
+    from attnflow.workflows import run as particle_run
 
+    density = (run_dir / "density.zarr").exists() and not (run_dir / "trajectory.zarr").exists()
     with user_errors():
-        paths = replot(run_dir)
+        paths = (density_run.replot if density else particle_run.replot)(run_dir)
     for path in paths:
         stdout.print(str(path))
 

@@ -438,13 +438,9 @@ def _closer(writer) -> Callable[[dict], None]:
 
 def replot(run_dir: str | os.PathLike) -> list[Path]:
     """Redraw the figures of a run folder from its store (first and last snapshot, read lazily)
-    and the series of its ``metrics.json``; a density run's folder: its law and series
-    (:func:`attnflow.workflows.density_run.replot`)."""
+    and the series of its ``metrics.json`` (a density run's folder:
+    :func:`attnflow.workflows.density_run.replot`)."""
     run_dir = Path(run_dir)
-    if (run_dir / "density.zarr").exists() and not (run_dir / "trajectory.zarr").exists():
-        from attnflow.workflows.density_run import replot as replot_density  # it imports this module
-
-        return replot_density(run_dir)
     if not (run_dir / "trajectory.zarr").exists():
         wanted = "a run folder with trajectory.zarr or density.zarr"
         raise ConfigError(f"plot: `RUN_DIR` must be {wanted}; got {str(run_dir)!r}.")
