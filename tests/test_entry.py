@@ -72,6 +72,34 @@ def test_ctrl_c_in_a_gc_callback_is_noted_and_raised_at_the_next_progress_call()
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def test_ctrl_c_inside_an_import_is_noted_and_raised_after_it(tmp_path, monkeypatch):
+    """Raised inside an import (the commands import JAX when they run), a KeyboardInterrupt can
+    leave a native module half initialised: jaxlib's crashed the process with SIGSEGV in about one
+    Ctrl-C in ten at 0.6-1 s into a loaded `attnflow run`. The handler notes it there; the import
+    completes and the next progress call raises it."""
+    from attnflow.cli import interrupts
+
+    (tmp_path / "being_imported.py").write_text(
+        "import signal, sys\n"
+        "from attnflow.cli import interrupts\n"
+        "interrupts.handler(signal.SIGINT, sys._getframe())  # as if the signal landed here\n"
+        "COMPLETE = True\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    interrupts.install()
+    try:
+        try:
+            import being_imported  # noqa: PLC0415
+        except KeyboardInterrupt:
+            pytest.fail("the SIGINT was raised inside the import")
+        assert being_imported.COMPLETE and interrupts.NOTED == [signal.SIGINT] and not interrupts.RAISED
+        with pytest.raises(KeyboardInterrupt):
+            interrupts.checked(lambda done, total: None)(1, 4)
+    finally:
+        interrupts.install()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def test_ctrl_c_after_the_command_is_done_keeps_its_exit_code(tmp_path):
     """A SIGINT during the interpreter's teardown (an exit handler here, JAX's in a real run) once
     the command is done: the command's exit code (2: no such run folder), no traceback, not -2."""

@@ -11,6 +11,9 @@
    - a SIGINT that lands in a finaliser or a garbage-collector callback (JAX registers some),
      where Python would only print the exception: it is noted and raised at the next progress
      call (:func:`checked`);
+   - a SIGINT that lands inside an import (the commands import JAX when they run): raised there,
+     it can leave a native module half initialised, and jaxlib's was seen to crash the process
+     (SIGSEGV, no line); it is noted and raised at the next progress call, as above;
    - a second SIGINT while the command stops (closing its store, writing its status, saying
      what it kept): noted, not raised, so that the record of the first one is complete;
    - Dask's teardown logs every task it drops as an error: the ``distributed`` loggers are
@@ -46,13 +49,21 @@ def _in_finaliser(frame) -> bool:
     return name == "__del__" or "gc_callback" in name
 
 
+def _in_import(frame) -> bool:
+    while frame is not None:
+        if getattr(frame.f_code, "co_filename", "").startswith("<frozen importlib"):
+            return True
+        frame = getattr(frame, "f_back", None)
+    return False
+
+
 def handler(signum: int, frame) -> None:
     """Raise KeyboardInterrupt, unless the command is already stopping or the signal landed where
-    Python would only print it (then the next progress call raises it)."""
+    Python would only print it or inside an import (then the next progress call raises it)."""
     NOTED.append(signum)
     if "distributed" in sys.modules:  # a sweep's cluster: its teardown would log every dropped task
         logging.getLogger("distributed").setLevel(logging.CRITICAL)
-    if RAISED or _in_finaliser(frame):
+    if RAISED or _in_finaliser(frame) or _in_import(frame):
         return
     RAISED.append(signum)
     raise KeyboardInterrupt
