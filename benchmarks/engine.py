@@ -26,6 +26,17 @@ RATE_MATRIX = 1024  # the matmul rate on products of this size (per lane device)
 # ----------------------------------------------------------------------------- set-up and clocks
 
 
+def replace_section(path, begin: str, end: str, block: str) -> None:
+    """Put ``block`` (a section from its ``begin`` marker to its ``end`` marker) where that section
+    of the results file ``path`` is, or append it the first time; the other sections stay."""
+    text = path.read_text()
+    if begin in text:
+        text = text[: text.index(begin)] + block + text[text.index(end) + len(end) :]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    path.write_text(text)
+
+
 def setup_jax():
     """JAX with float64 and, as the CLI does, every available core as a CPU device
     (``use_cpu_cores``; ``ATTNFLOW_BENCH_DEVICES`` forces the count): before any computation."""

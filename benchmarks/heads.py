@@ -37,7 +37,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # the NumPy side on one BLAS
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from engine import cpu_s, setup_jax  # noqa: E402
+from engine import cpu_s, replace_section, setup_jax  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -287,13 +287,7 @@ def render(result: dict, results_md: Path) -> None:
             )
         lines.append("")
     lines.append(END)
-    text = results_md.read_text()
-    block = "\n".join(lines)
-    if BEGIN in text:
-        text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END) :]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    results_md.write_text(text)
+    replace_section(results_md, BEGIN, END, "\n".join(lines))
 
 
 # ----------------------------------------------------------------------------- the command

@@ -34,7 +34,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # the NumPy side on one BLAS
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from engine import cpu_s, setup_jax  # noqa: E402
+from engine import cpu_s, replace_section, setup_jax  # noqa: E402
 from heads import numpy_heads  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -208,13 +208,7 @@ def render(result: dict, results_md: Path) -> None:
             f"| {r['norm']} | {r['step_cpu_s']:.4g} | {r['step_wall_s']:.4g} | {r['over_post_cpu']:.3f} |"
         )
     lines += ["", END]
-    text = results_md.read_text()
-    block = "\n".join(lines)
-    if BEGIN in text:
-        text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END) :]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    results_md.write_text(text)
+    replace_section(results_md, BEGIN, END, "\n".join(lines))
 
 
 def main() -> None:
