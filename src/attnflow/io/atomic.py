@@ -15,6 +15,7 @@ temporary file behind.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -25,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["json_ready", "replacing", "write_json", "write_text"]
+__all__ = ["json_ready", "read_record", "replacing", "write_json", "write_record", "write_text"]
 
 
 def _sync_folder(folder: Path) -> None:
@@ -94,3 +95,20 @@ def write_json(path: str | os.PathLike, data: Any, *, indent: int = 2) -> Path:
     """Write ``data`` as JSON to ``path`` atomically (non-finite floats as ``null``)."""
     text = json.dumps(json_ready(data), indent=indent, allow_nan=False)
     return write_text(path, text + "\n")
+
+
+def write_record(path: str | os.PathLike, record: Any) -> Path:
+    """Write a dataclass of arrays, numbers and strings as a ``.npz`` archive at ``path``,
+    atomically (read back by :func:`read_record`)."""
+    fields = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+    path = Path(path)
+    with replacing(path) as tmp, open(tmp, "wb") as file:
+        np.savez(file, **fields)
+    return path
+
+
+def read_record(cls: type, path: str | os.PathLike) -> Any:
+    """The dataclass ``cls`` from :func:`write_record`'s archive: 0-d entries as Python numbers and
+    strings, the others as arrays (nothing unpickled)."""
+    with np.load(path, allow_pickle=False) as data:
+        return cls(**{key: data[key].item() if data[key].ndim == 0 else data[key] for key in data.files})

@@ -50,7 +50,7 @@ import numpy as np
 
 from attnflow.analysis.metrics import collapse_time, marginal_spread, mean_cosine
 from attnflow.core import rope_presets
-from attnflow.io.atomic import replacing, write_json, write_text
+from attnflow.io.atomic import read_record, write_json, write_record, write_text
 from attnflow.io.config import config_from_dict
 from attnflow.numerics.solve import solve_streaming
 from attnflow.viz.context_study import plot_context_study
@@ -334,28 +334,16 @@ def _table(rows: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
-def _save(run: ContextRun, path: Path) -> None:
-    fields = {f.name: getattr(run, f.name) for f in dataclasses.fields(run)}
-    with replacing(path) as tmp, open(tmp, "wb") as file:
-        np.savez(file, **fields)
-
-
-def _load(path: Path) -> ContextRun:
-    with np.load(path) as data:
-        values = {key: data[key] for key in data.files}
-    return ContextRun(**{k: (v.item() if v.ndim == 0 else v) for k, v in values.items()})
-
-
 def _run_or_load(
     folder: Path, n: int, *, values: str, scaling: str, seed: int, t_end: float, dt: float
 ) -> ContextRun:
     path = folder / f"{values}_{scaling}_n{n}_seed{seed}.npz"
     if path.exists():
-        run = _load(path)
+        run = read_record(ContextRun, path)
         if (run.t_end, run.dt) == (t_end, dt):
             return run
     run = run_context(n, values=values, scaling=scaling, seed=seed, t_end=t_end, dt=dt)
-    _save(run, path)
+    write_record(path, run)
     return run
 
 

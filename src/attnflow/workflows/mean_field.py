@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnflow.analysis.distances import label_phase, labelled_points, sliced_w1
-from attnflow.io.atomic import replacing, write_json, write_text
+from attnflow.io.atomic import read_record, write_json, write_record, write_text
 from attnflow.numerics.solve import solve
 from attnflow.viz.mean_field import plot_laws
 from attnflow.workflows.build import build
@@ -143,19 +143,6 @@ def distance_rows(laws: Sequence[FinalLaw], *, directions: int = 64) -> list[dic
     return rows
 
 
-def _save(law: FinalLaw, path: Path) -> None:
-    fields = {f.name: getattr(law, f.name) for f in dataclasses.fields(law)}
-    with replacing(path) as tmp, open(tmp, "wb") as file:
-        np.savez(file, **fields)
-
-
-def _load(path: Path) -> FinalLaw:
-    with np.load(path) as data:
-        values = {key: data[key] for key in data.files}
-    scalars = {k: v.item() for k, v in values.items() if v.ndim == 0}
-    return FinalLaw(**scalars, xi=values["xi"], x=values["x"])
-
-
 def _table(laws: Sequence[FinalLaw], rows: Sequence[dict]) -> str:
     lines = [
         "| setting | n | status | steps | evaluations | wall (s) | CPU (s) | W1 to next size "
@@ -189,8 +176,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         for n in sorted(args.sizes):
             path = args.out / f"{experiment_id}{variant}_n{n}.npz"
             if not path.exists():
-                _save(run_setting(experiment_id, variant, n, t_end=args.t_end), path)
-            laws.append(_load(path))
+                write_record(path, run_setting(experiment_id, variant, n, t_end=args.t_end))
+            laws.append(read_record(FinalLaw, path))
             law = laws[-1]
             print(
                 f"{law.setting} n = {n:,}: {law.status}, {law.accepted} steps, {law.wall_s:.1f} s", flush=True
