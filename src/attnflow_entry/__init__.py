@@ -4,8 +4,9 @@ and exit code 130, never a traceback.
 It lives outside the ``attnflow`` package on purpose: importing any module of the package first
 runs ``attnflow/__init__.py``, and a handler installed after that would leave the interpreter's
 imports unguarded. Here the handler is in place before the first ``attnflow`` import (the command
-line itself imports no JAX: each command imports what it needs when it runs); the command line's
-callback then installs the one Ctrl-C policy of every command (:mod:`attnflow.cli.interrupts`: one
+line itself imports no JAX: each command imports what it needs when it runs), and it stays in
+place while the command's arguments are parsed; the command then installs the one Ctrl-C policy
+of every command (:mod:`attnflow.cli.interrupts`: one
 line saying what was kept and how to continue, exit code 130). Once the command is done, SIGINT
 is ignored: the exit code is the command's, not a death by signal during the teardown.
 """

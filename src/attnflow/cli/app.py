@@ -81,6 +81,10 @@ class Command(_Readable, TyperCommand):
     """A command: Ctrl-C while it runs is one line and exit code 130 (:mod:`attnflow.cli.interrupts`)."""
 
     def invoke(self, ctx):
+        # Ctrl-C from here: one policy for every command (cli.interrupts). Not earlier: until the
+        # command's own arguments are parsed, the entry's policy holds (a KeyboardInterrupt
+        # raised while click parses them would end the command line with no line at all)
+        interrupts.install()
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt as stop:
@@ -174,7 +178,6 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _options(
-    ctx: typer.Context,
     version: Annotated[
         bool,
         typer.Option(
@@ -183,9 +186,6 @@ def _options(
     ] = False,
 ) -> None:
     """Mean-field self-attention dynamics with frozen auxiliary variables."""
-    # Ctrl-C from here: one policy for every command (cli.interrupts)
-    if ctx.invoked_subcommand is not None:
-        interrupts.install()
 
 
 def one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ARG001

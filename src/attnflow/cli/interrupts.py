@@ -1,10 +1,11 @@
 """Ctrl-C: one policy for every command, set at the command line's edge.
 
-1. While the command starts (importing the package), the console entry (``attnflow_entry``) ends
-   the process with one line and exit code 130.
-2. From the command line's callback on, :func:`handler` takes SIGINT for every command and raises
-   KeyboardInterrupt where it lands. The folders need nothing more: their writes are ordered so
-   that a stop at any moment leaves a folder that ``--resume`` continues
+1. While the command starts (importing the package, parsing the command's arguments), the console
+   entry (``attnflow_entry``) ends the process with one line and exit code 130.
+2. Once the command's arguments are parsed (``attnflow.cli.app.Command.invoke``), :func:`handler`
+   takes SIGINT and raises KeyboardInterrupt where it lands (raised earlier, while click parses,
+   click would end the process with exit code 130 and no line). The folders need nothing more:
+   their writes are ordered so that a stop at any moment leaves a folder that ``--resume`` continues
    (:mod:`attnflow.io.run_folder` says how). What raising at once does not cover, and this
    policy does:
 
