@@ -4,7 +4,9 @@
 A mutant is the real vector field with one part of the model done wrong: the sign, beta, the clock,
 the gauge, the labels, Q^T for Q, the values, the factor, the causal mask, the softmax, the
 expansion's tolerance, the layer norm (post-LN instead of the configured one; under a layer norm
-the other mutants change its layer). ``solve`` is replaced, in every attnflow module that imported it, by a
+the other mutants change its layer). Two more are mistakes of the build from the config to the field
+(:data:`BUILD_MUTANTS`): a function of the build is replaced, the field is the real field of what
+the wrong build made. For the others, ``solve`` is replaced, in every attnflow module that imported it, by a
 function that swaps the field it is given for its mutant and calls the real ``solve``: every
 simulated experiment and every realisation really runs the wrong field. The mutant is an instance
 of a subclass of the field's class (``Mutant[<name>]``) that applies the mutation inside its
@@ -14,8 +16,10 @@ of a subclass of the field's class (``Mutant[<name>]``) that applies the mutatio
 
 A mutant *can act* on a run when the part it changes is in the run's field (:func:`acts`: a gauge,
 an asymmetric gauge for Q^T, a factor, a mask, the softmax, the expansion, a layer norm other than
-post-LN; the sign, beta and the clock always). Where it cannot, its field is the real one
-(:func:`changes` evaluates both), no row can notice it, and the table says so (:data:`CANNOT_ACT`).
+post-LN; the sign, beta and the clock always; a build mutant where the function it replaces returns
+another value than the real one, e.g. for a gauge.preset with a scaling rule). Where it cannot, its
+field is the real one (:func:`changes` evaluates both), no row can notice it, and the table says so
+(:data:`CANNOT_ACT`).
 :data:`BLIND` lists the cells where it acts and every row still passes, with the reason
 (docs/mutants.md).
 """
@@ -32,11 +36,12 @@ import jax.numpy as jnp
 import numpy as np
 
 import attnflow.numerics.solve as solve_module
-from attnflow.core import factors, gauges
+from attnflow.core import factors, gauges, rope_presets
 from attnflow.core.pytree import pytree_field
 from attnflow.numerics.dynamics import AttentionField
 from attnflow.numerics.heads_field import HeadsField
 from attnflow.numerics.layer_norms import LayerNormField
+from attnflow.workflows import build as build_module
 from attnflow.workflows import realize, reproduce  # noqa: F401  (realize: its solve is patched)
 
 # the field of a mutant differs from the real one by more than this (relative to max |v|) at the
@@ -62,9 +67,17 @@ MUTANTS = {
     "layer norm dropped": "post-LN instead of the configured layer norm (pre, peri: dz/dt = r P_x A, "
     "the radius held)",
 }
+# Mistakes of the build (config -> field), not of the field: the function replaced, and what it does.
+BUILD_MUTANTS = {
+    "preset scaling ignored": "rope_presets.scaled_frequencies returns the base frequencies: a "
+    "gauge.preset's context-extension rule (llama3, YaRN, ...) dropped",
+    "beta fixed instead of scaled": "build.model_beta returns model.beta: beta = gamma log n "
+    "(model.beta_scaling = 'log_n') dropped",
+}
+MUTANTS |= BUILD_MUTANTS
 
 
-_ALL = tuple(f"E{k}" for k in range(17))
+_ALL = tuple(f"E{k}" for k in range(18))
 _BARE = ("E0", "E10", "E11", "E12", "E14")  # no gauge, no factor (E10-E12: layers without them)
 _NO_GAUGE = (*_BARE, "E4", "E5")
 # Where a mutant cannot act: the part it changes is not there (its field is the real one; checked
@@ -81,6 +94,8 @@ CANNOT_ACT = {
     **{("sa as usa", e): "usa already" for e in _ALL if e not in ("E10", "E14")},
     **{("expansion loosened", e): "the exact path" for e in _ALL if e != "E14"},
     **{("layer norm dropped", e): "post-LN already" for e in _ALL if e != "E15"},
+    **{("preset scaling ignored", e): "no gauge.preset" for e in _ALL if e != "E17"},
+    **{("beta fixed instead of scaled", e): "beta_scaling = 'none'" for e in _ALL if e != "E17"},
 }
 # Where a mutant acts on the field but no measured value can tell it from the real one in law (the
 # reasons are in docs/mutants.md); every other acting cell has a failing row.
@@ -194,8 +209,49 @@ def _wrong_heads_field(field: HeadsField, name: str) -> HeadsField:
     return HeadsField(**(values | options | {"heads": heads}))
 
 
+def _base_frequencies(real: Callable) -> Callable:
+    def scaled_frequencies(preset, scaling=None):  # noqa: ARG001  (the rule, dropped)
+        return rope_presets.base_frequencies(preset)
+
+    return scaled_frequencies
+
+
+def _fixed_beta(real: Callable) -> Callable:
+    def model_beta(config):  # the same config with beta_scaling 'none': model.beta
+        model = config.model.model_copy(update={"beta_scaling": "none"})
+        return real(config.model_copy(update={"model": model}))
+
+    return model_beta
+
+
+# the build mutants: (module, function, the wrong function made from the real one)
+_BUILD: dict[str, tuple[object, str, Callable]] = {
+    "preset scaling ignored": (rope_presets, "scaled_frequencies", _base_frequencies),
+    "beta fixed instead of scaled": (build_module, "model_beta", _fixed_beta),
+}
+
+
+def _build_patch(name: str, on_call: Callable[[bool], None], *, wrong: bool) -> tuple[object, str, Callable]:
+    """``(module, attribute, function)``: the build function of the mutant ``name`` replaced by one that
+    calls the real and the wrong function, reports ``on_call(whether they differ)`` and returns the
+    wrong value (``wrong``) or the real one (the cheap pass of :func:`acting`)."""
+    module, attribute, make_wrong = _BUILD[name]
+    real = getattr(module, attribute)
+    mistaken = make_wrong(real)
+
+    def patched(*args, **kwargs):
+        right, bad = real(*args, **kwargs), mistaken(*args, **kwargs)
+        on_call(not np.array_equal(np.asarray(right), np.asarray(bad)))
+        return bad if wrong else right
+
+    return module, attribute, patched
+
+
 def wrong_field(field, name: str):
-    """The real field with the mutation ``name`` (an instance of the real field's class)."""
+    """The real field with the mutation ``name`` (an instance of the real field's class); a build
+    mutant's field is the real one (its mistake is made before the field, in the build)."""
+    if name in BUILD_MUTANTS:
+        return field
     if isinstance(field, LayerNormField):  # the layer's mutation, under the same norm
         return dataclasses.replace(field, layer=wrong_field(field.layer, name))
     if isinstance(field, HeadsField):
@@ -241,7 +297,10 @@ def _post_instead(field, state):
 
 
 def mutant(field, name: str):
-    """``field`` as the mutant ``name`` (same arrays and options, the mutant's class)."""
+    """``field`` as the mutant ``name`` (same arrays and options, the mutant's class); a build mutant's
+    field is ``field`` itself (the build made it wrong, or not)."""
+    if name in BUILD_MUTANTS:
+        return field
     base = type(field)
     return mutant_class(base, name)(**{f.name: getattr(field, f.name) for f in dataclasses.fields(base)})
 
@@ -289,7 +348,11 @@ def acts(field, name: str, x0=None) -> bool:  # noqa: ARG001  (x0: the signature
     always; the others where the part they change is there (a gauge that is not the identity, an
     asymmetric gauge for Q^T, a gauge that is not one matrix for the values, labels that a
     permutation moves, a factor that is not 1, a mask, the softmax, the expansion). Where it does
-    not, the mutant's field is the real one (``changes`` checks it numerically)."""
+    not, the mutant's field is the real one (``changes`` checks it numerically). A build mutant: False
+    (the field cannot tell; whether it acts is recorded in the build, by :func:`installed` and
+    :func:`acting`)."""
+    if name in BUILD_MUTANTS:
+        return False
     if name in _SCALES or name in _BETAS:
         return True
     if name == "layer norm dropped":
@@ -323,8 +386,14 @@ def installed(name: str, monkeypatch=None) -> Iterator[dict]:
         current["label"] = (job.experiment.id, job.variant.name, job.n)
         return original_run_job(job, tick)
 
+    def built(differs: bool) -> None:  # a build mutant acts on the job whose build it changed
+        record[current["label"]] = record.get(current["label"], False) or differs
+
     modules = [m for key, m in list(sys.modules.items()) if key.startswith("attnflow.")]
-    patches = [(m, "solve", mutant_solve) for m in modules if getattr(m, "solve", None) is original]
+    if name in BUILD_MUTANTS:  # the solve is the real one, of the field the wrong build made
+        patches = [_build_patch(name, built, wrong=True)]
+    else:
+        patches = [(m, "solve", mutant_solve) for m in modules if getattr(m, "solve", None) is original]
     patches.append((reproduce, "run_job", run_job))
     saved = [(module, attr, getattr(module, attr)) for module, attr, _ in patches]
     try:
@@ -391,9 +460,20 @@ def acting(jobs, names=None) -> dict:
     def no_measure(*args, **kwargs):  # the record is made: a simulated job stops here
         raise _Recorded
 
+    def probe(name):  # a build mutant acts on the job whose build it would change
+        def built(differs: bool) -> None:
+            key = (name, current["label"])
+            record[key] = record.get(key, False) or differs
+
+        return _build_patch(name, built, wrong=False)
+
+    probes = [probe(name) for name in names if name in BUILD_MUTANTS]
+    saved = [(module, attribute, getattr(module, attribute)) for module, attribute, _ in probes]
     try:
         for module in patched:
             module.solve = frozen
+        for module, attribute, value in probes:
+            setattr(module, attribute, value)
         reproduce.measure = no_measure
         for job in jobs:
             current["label"] = label(job)
@@ -401,6 +481,8 @@ def acting(jobs, names=None) -> dict:
     finally:
         for module in patched:
             module.solve = original
+        for module, attribute, value in saved:
+            setattr(module, attribute, value)
         reproduce.measure = original_measure
     return record
 

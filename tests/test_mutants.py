@@ -1,8 +1,9 @@
 """The mutation test of the reproduction (issue 25): every wrong simulator of :mod:`mutants` (the
 sign, beta x 0.5 and x 2, the clock x 0.5 and x 2, the gauge ignored, the labels shuffled, Q^T for Q,
 the values swapped, the factor ignored, the mask ignored, sa computed as usa, the expansion's
-tolerance loosened, the layer norm dropped) fails at least one row of every experiment in which it
-can act, at the quick sizes; the cells where it cannot act, or acts without a trace in law, are the
+tolerance loosened, the layer norm dropped; and two mistakes of the build: a preset's RoPE scaling
+ignored, beta = model.beta instead of gamma log n) fails at least one row of every experiment in
+which it can act, at the quick sizes; the cells where it cannot act, or acts without a trace in law, are the
 ones listed in :data:`mutants.CANNOT_ACT` and :data:`mutants.BLIND` (docs/mutants.md gives the
 reasons).
 
@@ -85,8 +86,8 @@ def test_cannot_act_means_the_same_field():
     x = jnp.asarray(build_module.make_initial(config, sim.kernel.gauge, sim.x0.dtype))
     quiet = [name for name in mutants.MUTANTS if not mutants.acts(sim.field, name)]
     assert set(quiet) == {"gauge ignored", "labels shuffled", "Q^T for Q", "values swapped", "factor ignored",
-                          "causal ignored", "sa as usa", "expansion loosened",
-                          "layer norm dropped"}  # fmt: skip
+                          "causal ignored", "sa as usa", "expansion loosened", "layer norm dropped",
+                          *mutants.BUILD_MUTANTS}  # fmt: skip
     for name in quiet:
         assert not mutants.changes(sim.field, name, x), name
 
@@ -102,6 +103,17 @@ def test_the_mutant_field_is_the_wrong_model():
     expected = dataclasses.replace(sim.field, kernel=doubled)(x)
     np.testing.assert_allclose(mutants.mutant(sim.field, "beta x 2")(x), expected, rtol=0, atol=1e-14)
     np.testing.assert_allclose(mutants.mutant(sim.field, "time x 0.5")(x), 0.5 * sim.field(x), rtol=0, atol=0)
+
+
+def test_the_build_mutants_act_where_the_build_changes():
+    """The cheap pass records a build mutant on the jobs whose build it changes (E17: the preset's
+    scaling on (a), gamma log n on (b)) and nowhere in E0 (no preset, beta as given)."""
+    jobs = reproduce.plan(experiment_files.load_experiments(["E0", "E17"]), quick=True)
+    where = mutants.acting(jobs, list(mutants.BUILD_MUTANTS))
+    acted = {key for key, acts in where.items() if acts}
+    expected = {("preset scaling ignored", ("E17", "llama3.1", n)) for n in (32, 64)}
+    expected |= {("beta fixed instead of scaled", ("E17", "log_n", n)) for n in (32, 64)}
+    assert acted == expected
 
 
 def test_installed_replaces_every_solve_and_restores_it():

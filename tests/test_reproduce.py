@@ -80,8 +80,8 @@ def test_every_packaged_experiment_loads_and_names_known_metrics():
     ids = experiment_ids()
     # the paper's experiments E0-E9, the attention layers' E10-E13 (docs/experiments-attention.md),
     # E14 the equiangular reduction, E15 the layer norms in it (docs/mutants.md), E16 the particles
-    # against the mean-field density (docs/density.md)
-    assert ids == [f"E{k}" for k in range(17)]
+    # against the mean-field density (docs/density.md), E17 long contexts (docs/experiments-attention.md)
+    assert ids == [f"E{k}" for k in range(18)]
     loaded = load_experiments()
     assert [e.id for e in loaded] == ids
     reproduce_plan.plan(loaded)  # raises on an unknown metric name

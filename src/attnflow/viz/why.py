@@ -71,4 +71,12 @@ WHY: dict[str, str] = {
     "of the uniform law at the closed-form rates k² I_k(β)/β. It ties the particles to the limit "
     "they approximate: a wrong β or clock fails the rates, a gauge, label, value or factor done "
     "wrong moves the particle law away from the density.",
+    "E17": "The settings of long-context models, checked against what the configuration promises. "
+    "With Llama 3.1's RoPE (head dimension 128, base 500000, the llama3 rule that turns the slow pairs "
+    "8 times slower) and 64 tokens spread over its 128k context, the gauge frame collapses as in E14 "
+    "and the content ends on the orbit of the scaled frequencies, whose mean cosine is a number of the "
+    "frequencies and the positions alone. With β = γ log n the equiangular cosine ρ(t) follows E14's "
+    "ODE at that β, at n = 32 and 64. A build that drops the preset's scaling rule ends on another "
+    "orbit; one that keeps β = model.beta gives another ρ(t). Both fail here, where every experiment "
+    "before passes them.",
 }
