@@ -53,6 +53,12 @@ class Scaling:
             raise ValueError(f"rope preset: `scaling` must be one of {RULES}; got {self.rule!r}.")
         if not self.factor >= 1.0:
             raise ValueError(f"rope preset: the scaling `factor` must be >= 1; got {self.factor!r}.")
+        for upper, lower in (("high_freq_factor", "low_freq_factor"), ("beta_fast", "beta_slow")):
+            if not getattr(self, upper) > getattr(self, lower) > 0:
+                raise ValueError(
+                    f"rope preset: `{upper}` must be greater than `{lower}` = {getattr(self, lower)!r} "
+                    f"(both > 0); got {getattr(self, upper)!r}."
+                )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -201,8 +201,9 @@ def _preset_sets_the_rope(config) -> None:
     if gauge.preset is None:
         if gauge.scaling != "preset":
             raise ConfigError.from_parts(
-                "gauge.scaling", "left at 'preset' unless `gauge.preset` names a model", gauge.scaling
-            )
+                "gauge.scaling", "left at 'preset' unless `gauge.preset` names a model", gauge.scaling,
+                hint="A rule rescales a published model's RoPE: set gauge.preset too (e.g. 'qwen2').",
+            )  # fmt: skip
         return
     from attnflow.core.rope_presets import get_preset
 
@@ -222,6 +223,56 @@ def _preset_sets_the_rope(config) -> None:
         raise ConfigError.from_parts(
             key, f"{head_dim}, the head dimension of `gauge.preset` = {gauge.preset!r}", d
         )
+
+
+# the keys of a context-extension rule beyond `gauge.scaling_factor`: (key, the rules that read it)
+SCALING_KEYS = (
+    ("original_context", ("yarn", "llama3")),
+    ("low_freq_factor", ("llama3",)),
+    ("high_freq_factor", ("llama3",)),
+    ("beta_fast", ("yarn",)),
+    ("beta_slow", ("yarn",)),
+)
+
+
+def _scaling_fits_its_rule(config) -> None:
+    """A rule named in `gauge.scaling` takes its factor (required) and the keys it reads; 'preset'
+    (the model's rule as published) and 'none' take none of them."""
+    from attnflow.core.rope_presets import RULES as SCALING_RULES
+
+    gauge, fields = config.gauge, type(config.gauge).model_fields
+    rule = gauge.scaling if gauge.scaling in SCALING_RULES else None
+    if rule is None and gauge.scaling_factor is not None:
+        raise ConfigError.from_parts(
+            "gauge.scaling_factor",
+            f"left out unless `gauge.scaling` names a rule ({_either(SCALING_RULES)})",
+            gauge.scaling_factor,
+            hint=f"gauge.scaling = {gauge.scaling!r} takes no factor.",
+        )
+    if rule is not None and gauge.scaling_factor is None:
+        raise ConfigError.from_parts(
+            "gauge.scaling_factor",
+            f"a number >= 1 when `gauge.scaling` = {rule!r} (the rule's factor s)",
+            None,
+            hint="For example: scaling_factor = 4.0 (a context four times the original).",
+        )
+    for name, readers in SCALING_KEYS:
+        value = getattr(gauge, name)
+        if rule not in readers and value != fields[name].default:
+            raise ConfigError.from_parts(
+                f"gauge.{name}",
+                f"left out unless `gauge.scaling` is a rule that reads it ({_either(readers)})",
+                value,
+                hint=f"gauge.scaling = {gauge.scaling!r} does not read it.",
+            )
+    pairs = {"llama3": ("high_freq_factor", "low_freq_factor"), "yarn": ("beta_fast", "beta_slow")}
+    if rule in pairs:
+        upper, lower = pairs[rule]
+        if not getattr(gauge, upper) > getattr(gauge, lower):
+            bound = getattr(gauge, lower)
+            raise ConfigError.from_parts(
+                f"gauge.{upper}", f"greater than `gauge.{lower}` = {bound!r}", getattr(gauge, upper)
+            )
 
 
 def _generators_fit(config) -> None:
@@ -466,6 +517,7 @@ RULES: tuple[Callable[[Any], None], ...] = (
     _softmax_has_nonnegative_factor,
     _rope_frequencies_fit,
     _preset_sets_the_rope,
+    _scaling_fits_its_rule,
     _generators_fit,
     _expansion_has_label_structure,
     _sources_leave_movers,
@@ -482,6 +534,11 @@ RULES: tuple[Callable[[Any], None], ...] = (
 
 def _numbers(count: int) -> str:
     return f"{count} number" if count == 1 else f"{count} numbers"
+
+
+def _either(choices: tuple[str, ...]) -> str:
+    quoted = [repr(c) for c in choices]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
 
 
 def _as_lists(value: Any) -> Any:

@@ -19,8 +19,8 @@ import numpy as np
 from annotated_types import Ge, Gt, Le, Lt, MinLen
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_serializer, model_validator
 
-from attnflow.core.rope_presets import PRESETS
-from attnflow.io.config_rules import MAX_STEPS, check_rules
+from attnflow.core.rope_presets import PRESETS, RULES, Scaling
+from attnflow.io.config_rules import MAX_STEPS, SCALING_KEYS, check_rules
 
 __all__ = [
     "AttentionConfig",
@@ -126,8 +126,52 @@ class GaugeConfig(_Frozen):
     seed: Seed = 100
     path: FilePath = None
     preset: Literal[tuple(PRESETS)] | None = None  # type: ignore[valid-type]  (the published models' RoPE)
-    scaling: Literal["preset", "none"] = "preset"
-    absent_at_default = ("preset", "scaling")
+    scaling: Literal[("preset", "none", *RULES)] = Field(  # type: ignore[valid-type]
+        "preset",
+        description="with `gauge.preset`: 'preset' (the model's own long-context rule, as published), "
+        "'none' (no rule), or a rule applied to the model's frequencies instead: 'linear', 'ntk', "
+        "'yarn' (which also multiplies beta by (0.1 ln s + 1)^2) or 'llama3'",
+    )
+    scaling_factor: Annotated[Float, Ge(1)] | None = Field(
+        None, description="the rule's factor s >= 1 (the context grows s-fold); required with a rule"
+    )
+    original_context: Annotated[Int, Ge(1)] | None = Field(
+        None,
+        description="'yarn' and 'llama3': the original context L the rule is measured against; "
+        "unset: the preset's context (its max_position_embeddings)",
+    )
+    low_freq_factor: PositiveFloat = Field(
+        Scaling.low_freq_factor, description="'llama3': wavelengths above L / low_freq_factor divided by s"
+    )
+    high_freq_factor: PositiveFloat = Field(
+        Scaling.high_freq_factor,
+        description="'llama3': wavelengths below L / high_freq_factor kept (> low_freq_factor)",
+    )
+    beta_fast: PositiveFloat = Field(
+        Scaling.beta_fast,
+        description="'yarn': pairs turning more than beta_fast times over L are kept (YaRN's beta, not "
+        "the inverse temperature)",
+    )
+    beta_slow: PositiveFloat = Field(
+        Scaling.beta_slow,
+        description="'yarn': pairs turning fewer than beta_slow times over L are divided by s "
+        "(YaRN's alpha; < beta_fast)",
+    )
+    absent_at_default = (
+        "preset", "scaling", "scaling_factor", "original_context", "low_freq_factor", "high_freq_factor",
+        "beta_fast", "beta_slow",
+    )  # fmt: skip
+
+    @model_serializer(mode="wrap")
+    def _without_new_keys_at_default(self, handler):
+        """As every section, except that a rule named in ``scaling`` writes the keys it reads, at their
+        defaults too (the resolved config says which ramp ran; no config before the rules had one)."""
+        data = handler(self)
+        read = {name for name, rules in SCALING_KEYS if self.scaling in rules}
+        for name in self.absent_at_default:
+            if name not in read and getattr(self, name) == type(self).model_fields[name].default:
+                data.pop(name, None)
+        return data
 
     @field_validator("generators")
     @classmethod

@@ -71,6 +71,7 @@ class Simulation:
     rank: int | None = None  # features per token of the expansion; None for "exact"
     max_steps: int | None = None  # the adaptive solver's bound on a whole run (solver.max_steps)
     layer_norm: str = "post"  # model.layer_norm; for pre and peri the state is z = r x in R^d
+    attention_factor: float | None = None  # a preset RoPE's factor on q and k (β·f² ran); None: no preset
 
     @property
     def radial(self) -> bool:
@@ -113,6 +114,42 @@ def model_beta(config: Config) -> float:
     """The β of the dynamics: ``model.beta``, or ``γ log n`` with ``model.beta_scaling = "log_n"``."""
     model = config.model
     return model.gamma * math.log(model.n) if model.beta_scaling == "log_n" else model.beta
+
+
+def rope_scaling(config: Config) -> rope_presets.Scaling | None:
+    """The context-extension rule in effect on a preset's RoPE: the preset's own
+    (``gauge.scaling = "preset"``; None for a model without one), None (``"none"``, or no preset),
+    or the rule named in ``gauge.scaling`` with its factor, original context (unset: the preset's
+    context) and parameters, applied to the model's unscaled frequencies."""
+    g = config.gauge
+    if g.kind != "rope" or g.preset is None or g.scaling == "none":
+        return None
+    preset = rope_presets.get_preset(g.preset)
+    if g.scaling == "preset":
+        return preset.scaling
+    return rope_presets.Scaling(
+        g.scaling,
+        g.scaling_factor,
+        preset.context if g.original_context is None else g.original_context,
+        low_freq_factor=g.low_freq_factor,
+        high_freq_factor=g.high_freq_factor,
+        beta_fast=g.beta_fast,
+        beta_slow=g.beta_slow,
+    )
+
+
+def rope_attention_factor(config: Config) -> float:
+    """The factor the RoPE scaling in effect puts on queries and keys: YaRN's ``0.1 ln s + 1``, else 1."""
+    scaling = rope_scaling(config)
+    if scaling is None:  # attention_factor(preset, None) would read the preset's own rule
+        return 1.0
+    return rope_presets.attention_factor(rope_presets.get_preset(config.gauge.preset), scaling)
+
+
+def dynamics_beta(config: Config) -> float:
+    """The β that runs: :func:`model_beta` times the square of :func:`rope_attention_factor` (YaRN
+    scales queries and keys by ``f``, so the logits ``β⟨q, k⟩`` by ``f²``; the other rules by 1)."""
+    return model_beta(config) * rope_attention_factor(config) ** 2
 
 
 def make_labels(config: Config) -> np.ndarray:
@@ -173,9 +210,11 @@ def make_gauge(config: Config, xi: np.ndarray, dtype, *, d: int | None = None) -
     if g.kind == "none":
         return gauges.IdentityGauge(n=n, d=d)
     if g.kind == "rope" and g.preset is not None:
-        preset = rope_presets.get_preset(g.preset)
-        scaled = g.scaling == "preset"
-        freqs = rope_presets.scaled_frequencies(preset) if scaled else rope_presets.base_frequencies(preset)
+        preset, scaling = rope_presets.get_preset(g.preset), rope_scaling(config)
+        if scaling is None:
+            freqs = rope_presets.base_frequencies(preset)
+        else:
+            freqs = rope_presets.scaled_frequencies(preset, scaling)
         xi = _scalar_labels(xi, "gauge.kind")
         return gauges.make_rope(xi, d, freqs, dtype=dtype, layout=preset.layout)
     if g.kind == "rope":
@@ -290,7 +329,11 @@ def memory_estimate(config: Config, *, streamed: bool = False) -> dict[str, int]
     try:
         rank = (
             expansion_rank(
-                d, model_beta(config), solver.tolerance, kind=model.profile, normalization=model.normalization
+                d,
+                dynamics_beta(config),
+                solver.tolerance,
+                kind=model.profile,
+                normalization=model.normalization,
             )
             if solver.interaction == "expansion"
             else None
@@ -392,7 +435,9 @@ def build(
     dtype = jnp.float32 if config.solver.dtype == "float32" else jnp.float64
     model, solver = config.model, config.solver
     xi = make_labels(config)
-    profile = make_profile(model.profile, beta=model_beta(config), time_scale=model.time_scale, dtype=dtype)
+    profile = make_profile(
+        model.profile, beta=dynamics_beta(config), time_scale=model.time_scale, dtype=dtype
+    )
     block_size = resolve_block_size(config)
     if config.attention is not None:
         return _build_heads(config, xi, profile, block_size, dtype)
@@ -450,6 +495,7 @@ def _simulation(config: Config, kernel: Kernel, field, xi: np.ndarray, block_siz
         rank=field.rank,
         max_steps=solver.max_steps,
         layer_norm=config.model.layer_norm,
+        attention_factor=None if config.gauge.preset is None else rope_attention_factor(config),
     )
 
 
@@ -484,6 +530,6 @@ def _build_heads(config: Config, xi: np.ndarray, profile, block_size, dtype) -> 
             tolerance=solver.tolerance,
         )
     largest = max(np.prod(head_norms(head)) for head in heads)
-    _warn_step(solver, _profile_scale(profile) * float(np.exp(model_beta(config) * (largest - 1.0))))
+    _warn_step(solver, _profile_scale(profile) * float(np.exp(dynamics_beta(config) * (largest - 1.0))))
     kernel = Kernel(gauge=gauges.IdentityGauge(n=n, d=d), factor=factors.NoFactor(n=n), profile=profile)
     return _simulation(config, kernel, field, xi, block_size, dtype)

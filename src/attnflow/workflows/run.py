@@ -371,24 +371,30 @@ def _run_info(config, sim, writer, status, statistics: SolveStatistics | None, s
     """The ``run`` block of ``metrics.json``: what ran, how, and the solver's step statistics
     (``null`` when the solve did not return: interrupted, failed, or nothing left to resume)."""
     counts = statistics.statistics() if statistics is not None else {}
-    return {
-        "status": status,
-        "steps": None if statistics is None else statistics.steps,
-        "steps_accepted": counts.get("steps_accepted"),
-        "steps_rejected": counts.get("steps_rejected"),
-        "evaluations": counts.get("evaluations"),
-        "compile_time_s": None if statistics is None else statistics.compile_time_s,
-        "snapshots": writer.n_snapshots,
-        "stored_tokens": len(range(config.model.n)[_stored_rows(config)]),
-        "wall_time_s": time.perf_counter() - start,
-        "time_scale": config.model.time_scale,
-        "beta": float(sim.kernel.profile.beta),  # the β that ran (gamma log n with beta_scaling 'log_n')
-        "dtype": config.solver.dtype,
-        "backend": jax.default_backend(),
-        "block_size": sim.block_size,
-        "interaction": sim.interaction,  # the path that ran ("auto" resolved)
-        "rank": sim.rank,  # features per token of the expansion; null for "exact"
-    } | ({} if sim.layer_norm == "post" else {"layer_norm": sim.layer_norm})
+    return (
+        {
+            "status": status,
+            "steps": None if statistics is None else statistics.steps,
+            "steps_accepted": counts.get("steps_accepted"),
+            "steps_rejected": counts.get("steps_rejected"),
+            "evaluations": counts.get("evaluations"),
+            "compile_time_s": None if statistics is None else statistics.compile_time_s,
+            "snapshots": writer.n_snapshots,
+            "stored_tokens": len(range(config.model.n)[_stored_rows(config)]),
+            "wall_time_s": time.perf_counter() - start,
+            "time_scale": config.model.time_scale,
+            # the β that ran: model.beta (gamma log n with beta_scaling 'log_n'), times the square of the
+            # RoPE scaling's attention factor (YaRN: 0.1 ln s + 1), recorded with a preset
+            "beta": float(sim.kernel.profile.beta),
+            "dtype": config.solver.dtype,
+            "backend": jax.default_backend(),
+            "block_size": sim.block_size,
+            "interaction": sim.interaction,  # the path that ran ("auto" resolved)
+            "rank": sim.rank,  # features per token of the expansion; null for "exact"
+        }
+        | ({} if sim.layer_norm == "post" else {"layer_norm": sim.layer_norm})
+        | ({} if sim.attention_factor is None else {"attention_factor": sim.attention_factor})
+    )
 
 
 # The gauge frames of the two states drawn: one compiled program (found in the persistent cache by a
