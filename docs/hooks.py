@@ -56,7 +56,9 @@ KEY_MEANINGS: dict[str, str] = {
     "gauge.preset": "rope: the RoPE of a published model (`llama2`, `llama3`, `llama3.1`, `qwen2`, "
     "`mistral`, `gpt-neox`, `gpt-j`, `gemma`): its base, rotary part, pair layout and scaling; the "
     "gauge's dimension must be its head dimension",
-    "gauge.scaling": "with `gauge.preset`: `preset` (the model's own long-context scaling) or `none`",
+    "gauge.scaling": "with `gauge.preset`: `preset` (the model's own long-context rule), `none`, or a rule "
+    "applied instead: `linear`, `ntk`, `yarn` (which also multiplies β by (0.1 ln s + 1)²), `llama3`, with "
+    "`gauge.scaling_factor` s",
     "gauge.axes": "generalized_rope (d = 3): one rotation generator per axis, applied in order",
     "gauge.generators": "generalized_rope: skew-symmetric generators G_k (replaces `axes`)",
     "gauge.rates": "generalized_rope: the rates ω_k as multiples of `gauge.omega`",
