@@ -10,7 +10,7 @@ or unknown override). A value whose ``repr`` is longer than :data:`MAX_SHOWN` ch
 
 from typing import Any
 
-__all__ = ["ConfigError"]
+__all__ = ["ConfigError", "as_lists", "either", "numbers"]
 
 
 class ConfigError(ValueError):
@@ -62,3 +62,21 @@ def _render(where: str, key: str | None, constraint: str, value: Any, hint: str)
     if hint:
         message = f"{message} {hint}"
     return " ".join(message.splitlines())
+
+
+def numbers(count: int) -> str:
+    """``"1 number"``, ``"3 numbers"``: a length in a message."""
+    return f"{count} number" if count == 1 else f"{count} numbers"
+
+
+def either(choices) -> str:
+    """``'a'``, ``'a' or 'b'``, ``'a', 'b' or 'c'``: allowed values in a message."""
+    quoted = [repr(c) for c in choices]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
+
+
+def as_lists(value: Any) -> Any:
+    """Nested tuples as lists: a value shown as it was written in TOML."""
+    if isinstance(value, tuple | list):
+        return [as_lists(item) for item in value]
+    return value

@@ -11,8 +11,13 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from attnflow.io.config_errors import ConfigError
-from attnflow.io.config_unused import check_density_unused
+from attnflow.io.config_errors import ConfigError, as_lists, either, numbers
+from attnflow.io.config_rules_density import (
+    DENSITY_METHODS,
+    DENSITY_RULES,
+    DENSITY_SPHERE_GAUGES,
+    density_reads_only_its_keys,
+)
 
 __all__ = [
     "DENSITY_METHODS",
@@ -188,7 +193,7 @@ def _rope_frequencies_fit(config) -> None:
     if gauge.kind == "rope" and explicit and len(gauge.frequencies) > d // 2:
         raise ConfigError.from_parts(
             "gauge.frequencies",
-            f"at most `model.d` // 2 = {_numbers(d // 2)} (one per coordinate pair)",
+            f"at most `model.d` // 2 = {numbers(d // 2)} (one per coordinate pair)",
             list(gauge.frequencies),
             hint="Drop the extra frequencies or raise model.d.",
         )
@@ -245,7 +250,7 @@ def _scaling_fits_its_rule(config) -> None:
     if rule is None and gauge.scaling_factor is not None:
         raise ConfigError.from_parts(
             "gauge.scaling_factor",
-            f"left out unless `gauge.scaling` names a rule ({_either(SCALING_RULES)})",
+            f"left out unless `gauge.scaling` names a rule ({either(SCALING_RULES)})",
             gauge.scaling_factor,
             hint=f"gauge.scaling = {gauge.scaling!r} takes no factor.",
         )
@@ -261,7 +266,7 @@ def _scaling_fits_its_rule(config) -> None:
         if rule not in readers and value != fields[name].default:
             raise ConfigError.from_parts(
                 f"gauge.{name}",
-                f"left out unless `gauge.scaling` is a rule that reads it ({_either(readers)})",
+                f"left out unless `gauge.scaling` is a rule that reads it ({either(readers)})",
                 value,
                 hint=f"gauge.scaling = {gauge.scaling!r} does not read it.",
             )
@@ -294,13 +299,13 @@ def _generators_fit(config) -> None:
             raise ConfigError.from_parts(
                 "gauge.generators",
                 f"{d} x {d} matrices to match `model.d` = {d}",
-                _as_lists(gauge.generators),
+                as_lists(gauge.generators),
                 hint=f"The generators given are {size} x {size}.",
             )
         count, per = len(gauge.generators), "matrix in `gauge.generators`"
     if len(gauge.rates) != count:
         raise ConfigError.from_parts(
-            "gauge.rates", f"a list of {_numbers(count)}, one per {per}", list(gauge.rates)
+            "gauge.rates", f"a list of {numbers(count)}, one per {per}", list(gauge.rates)
         )
 
 
@@ -385,128 +390,8 @@ def _layer_norm_state_fits(config) -> None:
         )
 
 
-# --- the density (a [density] section: attnflow run solves the law instead of particles) ----------
-
-DENSITY_METHODS = ("euler", "rk4")  # fixed steps with the identity retraction (a density is not renormalised)
-DENSITY_SPHERE_GAUGES = ("none", "rope")  # on S^2 a RoPE gauge in d = 3 turns about the third axis
-
-
-def _density_reads_only_its_keys(config) -> None:
-    """With a [density] section, the particle keys it does not read are refused first
-    (:data:`attnflow.io.config_unused.DENSITY_IGNORED`), before a rule about one of them."""
-    check_density_unused(config, where="config")
-
-
-def _density_domain_fits(config) -> None:
-    """One domain: ``density.grid`` on S^1 (``model.d = 2``) or ``density.lmax`` on S^2 (``d = 3``)."""
-    density, d = config.density, config.model.d
-    if density is None:
-        return
-    if (density.grid is None) == (density.lmax is None):
-        raise ConfigError.from_parts(
-            "density.grid",
-            "set for S^1 (model.d = 2), or `density.lmax` for S^2 (model.d = 3): exactly one of them",
-            density.grid,
-            hint="For example: [density] grid = 64 with [model] d = 2.",
-        )
-    wanted, key = (2, "density.grid") if density.grid is not None else (3, "density.lmax")
-    if d != wanted:
-        raise ConfigError.from_parts(
-            "model.d", f"{wanted} with `{key}` (the density lives on S^{wanted - 1})", d
-        )
-
-
-def _density_leaves_out_particle_sections(config) -> None:
-    if config.density is not None and config.attention is not None:
-        raise ConfigError.from_parts(
-            "attention",
-            "left out with a [density] section (the density solves the paper's single head)",
-            "an [attention] section",
-            hint="Remove the [attention] section, or the [density] section to run particles.",
-        )
-
-
-def _density_labels_fit(config) -> None:
-    """``density.labels`` and ``density.label_rule`` make the position nodes: read only for positions."""
-    density = config.density
-    if density is None or config.aux.kind == "positions":
-        return
-    fields = type(density).model_fields
-    for name in ("labels", "label_rule"):
-        if getattr(density, name) != fields[name].default:
-            raise ConfigError.from_parts(
-                f"density.{name}",
-                f"left out when `aux.kind` = {config.aux.kind!r} (it sets the nodes of positions on [0, 1))",
-                getattr(density, name),
-                hint="Remove it, or set aux.kind = 'positions'.",
-            )
-
-
-def _density_solver_fits(config) -> None:
-    density = config.density
-    if density is None:
-        return
-    method = config.solver.method
-    if method not in DENSITY_METHODS:
-        raise ConfigError.from_parts(
-            "solver.method",
-            f"one of {DENSITY_METHODS} with a [density] section (fixed steps; a density is not renormalised)",
-            method,
-        )
-    if density.lmax is not None and density.init == "file":
-        raise ConfigError.from_parts(
-            "density.init",
-            "'uniform' or 'vmf' with `density.lmax` (an initial law from a file: on S^1 only so far)",
-            density.init,
-        )
-    if density.lmax is not None and config.gauge.kind not in DENSITY_SPHERE_GAUGES:
-        raise ConfigError.from_parts(
-            "gauge.kind",
-            f"one of {DENSITY_SPHERE_GAUGES} with `density.lmax` (on S^2 the density solver takes RoPE "
-            "about the third axis; prompt and other gauges only on S^1 so far)",
-            config.gauge.kind,
-        )
-
-
-def _density_mixture_fits(config) -> None:
-    density, d = config.density, config.model.d
-    if density is None or density.init != "vmf":
-        return
-    if density.centers is None:
-        raise ConfigError.from_parts(
-            "density.centers",
-            f"a list of directions (lists of model.d = {d} numbers) when `density.init` = 'vmf'",
-            None,
-            hint="For example: centers = [[1.0, 0.0], [-1.0, 0.0]].",
-        )
-    for center in density.centers:
-        if len(center) != d:
-            raise ConfigError.from_parts(
-                "density.centers",
-                f"a list of directions of `model.d` = {d} numbers each",
-                _as_lists(density.centers),
-            )
-    if density.weights is not None and len(density.weights) != len(density.centers):
-        raise ConfigError.from_parts(
-            "density.weights",
-            f"a list of {_numbers(len(density.centers))}, one per center",
-            list(density.weights),
-        )
-
-
-def _density_file_is_given(config) -> None:
-    density = config.density
-    if density is not None and density.init == "file" and density.path is None:
-        raise ConfigError.from_parts(
-            "density.path",
-            "a file path when `density.init` = 'file'",
-            None,
-            hint="A .npy of the initial density's values on the grid (one row per label node, or one row).",
-        )
-
-
 RULES: tuple[Callable[[Any], None], ...] = (
-    _density_reads_only_its_keys,
+    density_reads_only_its_keys,
     _file_kinds_have_paths,
     _cap_center_has_d_entries,
     _equiangular_is_realisable,
@@ -523,28 +408,8 @@ RULES: tuple[Callable[[Any], None], ...] = (
     _sources_leave_movers,
     _attention_is_consistent,
     _layer_norm_state_fits,
-    _density_domain_fits,
-    _density_leaves_out_particle_sections,
-    _density_labels_fit,
-    _density_solver_fits,
-    _density_mixture_fits,
-    _density_file_is_given,
+    *DENSITY_RULES,
 )
-
-
-def _numbers(count: int) -> str:
-    return f"{count} number" if count == 1 else f"{count} numbers"
-
-
-def _either(choices: tuple[str, ...]) -> str:
-    quoted = [repr(c) for c in choices]
-    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
-
-
-def _as_lists(value: Any) -> Any:
-    if isinstance(value, tuple | list):
-        return [_as_lists(item) for item in value]
-    return value
 
 
 def check_rules(config) -> None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from attnflow.io.config_errors import ConfigError
+from attnflow.io.config_errors import ConfigError, either
 
 __all__ = ["DENSITY_IGNORED", "IGNORED", "LIST", "check_density_unused", "check_unused"]
 
@@ -195,11 +195,11 @@ def check_density_unused(config: Any, *, where: str = "config") -> None:
 def _unused_error(
     section: str, selector: str, choice: Any, name: str, value: Any, table: Mapping[str, Any], *, where: str
 ) -> ConfigError:
-    readers = [repr(other) for other, ignored in table.items() if name not in ignored and other != LIST]
+    readers = [other for other, ignored in table.items() if name not in ignored and other != LIST]
     shown = "a list" if choice == LIST else repr(choice)
     hint = "Remove it."
     if readers:
-        hint = f"Remove it; it is read when `{section}.{selector}` is {_either(readers)}."
+        hint = f"Remove it; it is read when `{section}.{selector}` is {either(readers)}."
     return ConfigError.from_parts(
         f"{section}.{name}",
         f"left out when `{section}.{selector}` = {shown} (which does not read it)",
@@ -207,7 +207,3 @@ def _unused_error(
         hint=hint,
         where=where,
     )
-
-
-def _either(choices: list[str]) -> str:
-    return choices[0] if len(choices) == 1 else ", ".join(choices[:-1]) + " or " + choices[-1]
