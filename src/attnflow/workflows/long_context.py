@@ -68,6 +68,7 @@ __all__ = [
     "horizon_gamma",
     "mean_rate",
     "log_mass",
+    "midpoint_gamma",
     "predicted_self_weight",
     "run_long_context",
     "study_config",
@@ -315,19 +316,61 @@ def _table(rows: Sequence[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def midpoint_gamma(rows: Sequence[dict], *, level: float = 0.5) -> float | None:
+    """The ``γ`` at which the final mean cosine of ``rows`` (one family, one ``n``) first falls
+    through ``level``, interpolated linearly between the two grid points around it; ``None`` when it
+    does not cross."""
+    line = sorted(rows, key=lambda row: row["gamma"])
+    for a, b in zip(line, line[1:], strict=False):
+        if a["mean_cosine"] >= level > b["mean_cosine"]:
+            fraction = (a["mean_cosine"] - level) / (a["mean_cosine"] - b["mean_cosine"])
+            return a["gamma"] + fraction * (b["gamma"] - a["gamma"])
+    return None
+
+
+def _pivots(rows: Sequence[dict]) -> str:
+    """Per family one row per n, one column per γ: the final mean cosine where the family collapses
+    (d = 32, with the measured midpoint beside γ* and γ_T), else the final self-weight."""
+    lines = []
+    for d in sorted({row["d"] for row in rows}, reverse=True):
+        mine = [row for row in rows if row["d"] == d]
+        gammas = sorted({row["gamma"] for row in mine})
+        high = d >= MODE_ONE_FROM_D
+        quantity = "final mean cosine" if high else "final self-weight"
+        extra = " | γ_T | measured γ at mean cosine 0.5" if high else ""
+        lines += [
+            f"d = {d}, {quantity} at t = {mine[0]['t_end']:g}:",
+            "",
+            "| n | γ*" + extra + " | " + " | ".join(f"γ = {g:g}" for g in gammas) + " |",
+            "|---:|---:|" + ("---:|---:|" if high else "") + "---:|" * len(gammas),
+        ]
+        for n in sorted({row["n"] for row in mine}):
+            line = {row["gamma"]: row for row in mine if row["n"] == n}
+            first = next(iter(line.values()))
+            cells = [f"{n:,}", f"{first['critical_gamma']:.3g}"]
+            if high:
+                middle = midpoint_gamma(list(line.values()))
+                cells += [f"{first['horizon_gamma']:.2f}", "—" if middle is None else f"{middle:.2f}"]
+            key, form = ("mean_cosine", ".3f") if high else ("final_self_weight", ".2e")
+            cells += [format(line[g][key], form) if g in line else "" for g in gammas]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 MARKERS = {32: "o", 3: "^", 2: "s"}
 
 
 def _plot(rows: Sequence[dict], path: Path) -> None:
-    """Three panels: γ*(n, d) against n, with the runs' (n, γ) as markers; the final mean cosine
-    against γ (d = 32), γ* dotted; the final self-weight against γ/γ* (every run). Matplotlib only
-    here, at the edge of the study."""
+    """Three panels: γ*(n, d) against n, the runs' (n, γ) as markers; the final mean cosine against
+    γ at d = 32, γ* dotted and γ_T dashed; the final self-weight against γ in low d, γ* (d = 3)
+    dotted. Matplotlib only here, at the edge of the study."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     from attnflow.viz.plotting import save_figure
 
-    fig = Figure(figsize=(16, 4.6), layout="constrained")
+    fig = Figure(figsize=(16, 4.8), layout="constrained")
     FigureCanvasAgg(fig)
     left, middle, right = fig.subplots(1, 3)
     grid = np.unique(np.geomspace(16, 1e6, 60).astype(int))
@@ -341,28 +384,32 @@ def _plot(rows: Sequence[dict], path: Path) -> None:
         left.scatter(*points, marker=MARKERS.get(d, "x"), s=14, color=colours.get(d), zorder=3)
     left.axhline(1.0, color="0.5", ls=":", lw=1)
     left.set(xscale="log", yscale="log", ylim=(0.3, 1e3), xlabel="n", ylabel="γ")
-    left.set_title("predicted crossover n^γ = (n−1) M_d(γ log n); markers: runs")
+    left.set_title("γ*: n^γ = (n − 1) M_d(γ log n); markers: the runs", fontsize=10)
     left.legend(fontsize=7)
-    mine = [row for row in rows if row["d"] == 32]
-    for n in sorted({row["n"] for row in mine}):
-        line = sorted((row for row in mine if row["n"] == n), key=lambda row: row["gamma"])
-        points = ([r["gamma"] for r in line], [r["mean_cosine"] for r in line])
-        (drawn,) = middle.plot(*points, "-o", ms=4, label=f"n = {n:,}")
-        middle.axvline(line[0]["critical_gamma"], color=drawn.get_color(), ls=":", lw=1)
     t_end = rows[0]["t_end"] if rows else T_END
+    for d, ax in ((32, middle), (None, right)):
+        families = (
+            [d] if d else sorted({row["d"] for row in rows if row["d"] < MODE_ONE_FROM_D}, reverse=True)
+        )
+        for family in families:
+            for n in sorted({row["n"] for row in rows if row["d"] == family}):
+                line = sorted((r for r in rows if (r["d"], r["n"]) == (family, n)), key=lambda r: r["gamma"])
+                key = "mean_cosine" if d else "final_self_weight"
+                points = ([r["gamma"] for r in line], [r[key] for r in line])
+                style = "-" + MARKERS.get(family, "x")
+                (drawn,) = ax.plot(*points, style, ms=4, label=f"d = {family}, n = {n:,}")
+                if d:
+                    ax.axvline(line[0]["critical_gamma"], color=drawn.get_color(), ls=":", lw=1)
+                    ax.axvline(line[0]["horizon_gamma"], color=drawn.get_color(), ls="--", lw=1)
+                elif family == 3:
+                    ax.axvline(line[0]["critical_gamma"], color=drawn.get_color(), ls=":", lw=1)
     middle.set(xlabel="γ", ylabel=f"mean cosine at t = {t_end:g}", ylim=(-0.05, 1.05))
-    middle.set_title("d = 32: collapse below γ*, frozen above (dotted: γ*(n))")
-    middle.legend(fontsize=7)
-    for d in sorted({row["d"] for row in rows}, reverse=True):
-        for n in sorted({row["n"] for row in rows if row["d"] == d}):
-            line = sorted((r for r in rows if (r["d"], r["n"]) == (d, n)), key=lambda row: row["gamma"])
-            ratio = [r["gamma"] / r["critical_gamma"] for r in line]
-            weight = [r["final_self_weight"] for r in line]
-            right.plot(ratio, weight, "-" + MARKERS.get(d, "x"), ms=4, label=f"d = {d}, n = {n:,}")
-    right.axvline(1.0, color="0.5", ls=":", lw=1)
-    right.set(xscale="log", yscale="log", xlabel="γ / γ*(n, d)", ylabel="self-weight e^β / Σ e^{β s} at T")
-    right.set_title("the final law: attention to oneself (1: frozen; 1/n: collapsed)")
-    right.legend(fontsize=6, ncol=2)
+    middle.set_title("d = 32: collapsed (1) or frozen (0); dotted γ*, dashed γ_T", fontsize=10)
+    right.set(xscale="log", yscale="log", xlabel="γ", ylabel=f"self-weight e^β / Σ e^(β s) at t = {t_end:g}")
+    right.set_title("low d: no transition at a fixed γ (dotted: γ*, d = 3)", fontsize=10)
+    for ax in (middle, right):
+        if ax.get_legend_handles_labels()[0]:  # a family not run draws nothing
+            ax.legend(fontsize=7)
     save_figure(fig, path)
 
 
@@ -411,9 +458,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         "load": os.getloadavg(),
     }
     write_json(args.out / "results.json", {"study": study, "rows": rows})
-    write_text(args.out / "table.md", _table(rows))
+    write_text(args.out / "table.md", _pivots(rows) + "\nEvery run:\n\n" + _table(rows))
     _plot(rows, args.out / "long_context.png")
-    print(_table(rows), end="")
+    print(_pivots(rows), end="")
     print(f"CPU {study['cpu_s']:.0f} s, wall {study['wall_s']:.0f} s", flush=True)
 
 
