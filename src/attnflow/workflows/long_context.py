@@ -20,12 +20,14 @@ Measured per run (:class:`LongContextRun`): the mean cosine on snapshots every `
 its final value (1 on a Dirac), the overlap ``q = (1/n) Σ_i ⟨x_i(T), x_i(0)⟩`` (1 when the tokens
 have not moved), the clusters at angle :data:`THETA_C` among :data:`SAMPLE` evenly spaced tokens
 (:func:`~attnflow.analysis.metrics.n_clusters`; as many as the sample when frozen), and the
-initial self-weight ``e^{β} / Σ_j e^{β s_ij}`` averaged over :data:`ROWS` rows against its
-prediction ``1 / (1 + (n − 1) M_d(β) e^{−β})``.
+self-weight ``e^{β} / Σ_j e^{β s_ij}`` averaged over :data:`ROWS` rows, initially (against its
+prediction ``1 / (1 + (n − 1) M_d(β) e^{−β})``) and finally. At a finite depth the collapse is
+seen below :func:`horizon_gamma`, above ``γ*``.
 
-Two families (:data:`FAMILIES`): ``d = 32`` with every pair summed (``γ*`` between 1.07 and 1.15),
-and ``d = 2`` up to ``n = 10^5`` with the expansion above :data:`EXACT_UP_TO` tokens
-(``solver.interaction = "expansion"``, ``O(n)`` per evaluation; ``γ* > 150``).
+Three families (:data:`FAMILIES`): ``d = 32`` with every pair summed (``γ*`` between 1.07 and
+1.15); ``d = 3`` at small n and large γ (``γ*`` = 7.6 to 74); ``d = 2`` up to ``n = 10^5`` with the
+expansion above :data:`EXACT_UP_TO` tokens (``solver.interaction = "expansion"``, ``O(n)`` per
+evaluation; ``γ* > 150``).
 
 ``python -m attnflow.workflows.long_context --out DIR [--quick]`` writes one ``.npz`` per run
 under ``DIR/runs`` (kept: a rerun with the same ``t_end`` skips it), ``results.json`` (the study's
