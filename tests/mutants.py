@@ -4,10 +4,11 @@
 A mutant is the real vector field with one part of the model done wrong: the sign, beta, the clock,
 the gauge, the labels, Q^T for Q, the values, the factor, the causal mask, the softmax, the
 expansion's tolerance, the layer norm (post-LN instead of the configured one; under a layer norm
-the other mutants change its layer). Two more are mistakes of the build from the config to the field
-(:data:`BUILD_MUTANTS`): a function of the build is replaced, the field is the real field of what
-the wrong build made. For the others, ``solve`` is replaced, in every attnflow module that imported it, by a
-function that swaps the field it is given for its mutant and calls the real ``solve``: every
+the other mutants change its layer). Two more are mistakes of the build from the config to the
+field (:data:`BUILD_MUTANTS`: a preset's RoPE scaling ignored, beta = model.beta instead of
+gamma log n): a function of the build is replaced, and the field is the real field of what the
+wrong build made. For the others, ``solve`` is replaced, in every attnflow module that imported it,
+by a function that swaps the field it is given for its mutant and calls the real ``solve``: every
 simulated experiment and every realisation really runs the wrong field. The mutant is an instance
 of a subclass of the field's class (``Mutant[<name>]``) that applies the mutation inside its
 ``__call__``: the field's class is part of its program's key
@@ -370,9 +371,11 @@ def acts(field, name: str, x0=None) -> bool:  # noqa: ARG001  (x0: the signature
 
 @contextlib.contextmanager
 def installed(name: str, monkeypatch=None) -> Iterator[dict]:
-    """Within the block every attnflow ``solve`` runs the mutant ``name``; yields a record
+    """Within the block every attnflow ``solve`` runs the mutant ``name`` (a build mutant: its build
+    function returns the wrong value, and ``solve`` runs the field so built); yields a record
     ``{job label: acts}`` of the runs (the label of the job being run, whether the mutant can act
-    on its field). With ``monkeypatch`` (pytest) the patches are its own; else undone on exit."""
+    on its field, or changed its build). With ``monkeypatch`` (pytest) the patches are its own; else
+    undone on exit."""
     original, original_run_job = solve_module.solve, reproduce.run_job
     record: dict[str, bool] = {}
     current = {"label": None}
