@@ -38,3 +38,86 @@ def test_a_batch_on_an_accelerator_is_one_vmap_equal_to_the_cpu_runs():
     assert program_cache.info()["misses"] == 1  # its own (vmapped) program
     # the same arithmetic per seed; XLA may fuse the batched program differently (round-off)
     np.testing.assert_allclose(accelerated.xs, cpu.xs, rtol=0, atol=1e-13)
+
+
+# A run built on an accelerator with 4 devices, on 4 host devices in a child process (the device
+# count is fixed before JAX starts): RoPE, a distance bias and a causal mask on 13 tokens (the last
+# of the 4 shards padded), then a layer of heads; both runs are whole `attnflow run` folders.
+PLACED_CONFIGS = {
+    "paper": {
+        "model": {"n": 13, "d": 4, "beta": 2.0, "causal": True},
+        "gauge": {"kind": "rope", "frequencies": "roformer"},
+        "factor": {"kind": "distance_bias", "slope": 0.5},
+        "solver": {"method": "rk4", "dt": 0.05, "t_end": 0.5, "save_every": 0.25},
+    },
+    "heads": {
+        "model": {"n": 13, "d": 4, "beta": 1.0},
+        "attention": {"heads": 2, "head_dim": 2, "weights": "gaussian", "seed": 3},
+        "solver": {"method": "rk4", "dt": 0.05, "t_end": 0.5, "save_every": 0.25},
+    },
+}
+
+
+def _placed_runs(out: str) -> None:
+    """The child: each config run on the CPU placement and on a 4-device GPU placement (folders
+    ``out/NAME-cpu``, ``out/NAME-gpu``); prints the sharded fields' type names."""
+    import json
+    from pathlib import Path
+
+    from attnflow.io.config import config_from_dict
+    from attnflow.workflows.build import build
+    from attnflow.workflows.run import run
+
+    names = {}
+    for name, data in PLACED_CONFIGS.items():
+        config = config_from_dict(data)
+        run(config, Path(out) / f"{name}-cpu")
+        with placement.placed(placement.Placement("gpu", devices=4)):
+            names[name] = type(build(config).field).__name__
+            run(config, Path(out) / f"{name}-gpu")
+    print(json.dumps(names))
+
+
+def test_a_run_on_an_accelerator_with_four_devices_shards_its_tokens_and_equals_the_cpu_run(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import zarr
+
+    here = str(Path(__file__).resolve().parent)
+    code = "import sys; sys.path.insert(0, sys.argv[1]); import test_placement as tests; " + (
+        "tests._placed_runs(sys.argv[2])"
+    )
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_ENABLE_X64": "1"}
+    done = subprocess.run([sys.executable, "-c", code, here, str(tmp_path)], capture_output=True, text=True,
+                          env=env, timeout=600, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == {"paper": "ShardedField", "heads": "ShardedField"}
+    for name in PLACED_CONFIGS:
+        cpu, gpu = (
+            zarr.open_group(tmp_path / f"{name}-{where}" / "trajectory.zarr", mode="r")
+            for where in ("cpu", "gpu")
+        )
+        xs_cpu, xs_gpu = np.asarray(cpu["x"]), np.asarray(gpu["x"])
+        assert xs_cpu.shape == xs_gpu.shape == (3, 13, 4)
+        assert (
+            np.max(np.abs(xs_cpu[-1] - xs_cpu[0])) > 1e-2
+        )  # the tokens moved: agreement is not of a still state
+        np.testing.assert_allclose(xs_gpu, xs_cpu, rtol=0, atol=1e-12)
+        metrics = [
+            json.loads((tmp_path / f"{name}-{where}" / "metrics.json").read_text())
+            for where in ("cpu", "gpu")
+        ]
+        assert metrics[0]["run"]["status"] == metrics[1]["run"]["status"] == "ok"
+        assert abs(metrics[0]["energy"] - metrics[1]["energy"]) <= 1e-12 * max(1.0, abs(metrics[0]["energy"]))
+
+
+def test_the_placement_shards_tokens_only_on_an_accelerator_with_more_than_one_device():
+    assert not placement.Placement("cpu", devices=4).shards_tokens
+    assert not placement.Placement("gpu").shards_tokens
+    assert placement.Placement("tpu", devices=2).shards_tokens
+    with pytest.raises(ValueError, match=r"^placement: `devices` must be a whole number >= 1; got 0\.$"):
+        placement.Placement("gpu", devices=0)

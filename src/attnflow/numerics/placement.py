@@ -6,7 +6,8 @@
   CPU devices (:mod:`attnflow.numerics.lanes`).
 - **Accelerator** (GPU, TPU): a batch is one ``vmap``, in this process (no worker processes: one
   device is shared better by one program than by several processes); lanes run on one device;
-  tokens can be sharded over the devices (:mod:`attnflow.numerics.sharding`).
+  with more than one device, ``build`` shards the tokens of a run over all of them
+  (:mod:`attnflow.numerics.sharding`: the field's sums split by rows, the state replicated).
 
 ``current()`` is the decision, made once from JAX's default backend the first time it is asked.
 ``placed(placement)`` overrides it inside a block, so that the accelerator branches run, and are
@@ -28,13 +29,16 @@ PLATFORMS = ("cpu", "gpu", "tpu")
 
 @dataclasses.dataclass(frozen=True)
 class Placement:
-    """The platform the programs run on (``"cpu"``, ``"gpu"`` or ``"tpu"``)."""
+    """The platform the programs run on (``"cpu"``, ``"gpu"`` or ``"tpu"``) and its device count."""
 
     platform: str
+    devices: int = 1
 
     def __post_init__(self) -> None:
         if self.platform not in PLATFORMS:
             raise ValueError(f"placement: `platform` must be one of {PLATFORMS}; got {self.platform!r}.")
+        if not (isinstance(self.devices, int) and self.devices >= 1):
+            raise ValueError(f"placement: `devices` must be a whole number >= 1; got {self.devices!r}.")
 
     @property
     def accelerator(self) -> bool:
@@ -44,6 +48,12 @@ class Placement:
     def vmap_batches(self) -> bool:
         """A batch of seeds is one ``vmap`` (accelerators), not a ``lax.map`` of single runs (CPU)."""
         return self.accelerator
+
+    @property
+    def shards_tokens(self) -> bool:
+        """A run's tokens are sharded over the devices (an accelerator with more than one); on a
+        CPU the cores already share the sums (lanes, worker processes)."""
+        return self.accelerator and self.devices > 1
 
     @property
     def worker_processes(self) -> bool:
@@ -57,7 +67,8 @@ _OVERRIDE: list[Placement] = []
 @functools.cache
 def _detected() -> Placement:
     backend = jax.default_backend()
-    return Placement(backend if backend in PLATFORMS else "gpu")  # e.g. "cuda"/"rocm" plugins
+    platform = backend if backend in PLATFORMS else "gpu"  # e.g. "cuda"/"rocm" plugins
+    return Placement(platform, devices=jax.device_count())
 
 
 def current() -> Placement:

@@ -377,17 +377,13 @@ class ShardedField:
             "process's devices); got a pickle. Solve a batch of it in this process: solve(..., workers=1)."
         )
 
-    @property
-    def interaction(self) -> str:
-        return self.field.interaction
-
-    @property
-    def gradient_flow(self) -> bool:
-        return self.field.gradient_flow
-
-    def energy(self, x: jax.Array) -> jax.Array:
-        """The wrapped field's energy (evaluated on one device)."""
-        return self.field.energy(x)
+    def __getattr__(self, name: str):
+        """The wrapped field's attributes (``interaction``, ``rank``, ``causal``, ``heads``, its
+        ``energy``, evaluated on one device, ...): a sharded field is read like the field it
+        evaluates (metrics, summaries, the store)."""
+        if name == "field":  # not set yet (while unpickling or unflattening): no recursion
+            raise AttributeError(name)
+        return getattr(self.field, name)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         n = x.shape[0]

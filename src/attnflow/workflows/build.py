@@ -27,6 +27,7 @@ from attnflow.core.kernel import Kernel, make_profile
 from attnflow.io.arrays import ArrayFileError, load_array
 from attnflow.io.config import Config, ConfigError
 from attnflow.io.parameters import library_errors
+from attnflow.numerics import placement
 from attnflow.numerics.dynamics import VectorField, make_vector_field
 from attnflow.numerics.expansion import MAX_RANK, expansion_rank
 from attnflow.numerics.heads_field import HeadsField
@@ -470,11 +471,21 @@ def _with_layer_norm(config: Config, field):
         return LayerNormField(field, model.layer_norm, alpha=model.ngpt_alpha)
 
 
+def _on_the_devices(field):
+    """``field`` with its tokens sharded over every device where the placement asks it (an
+    accelerator with more than one: :attr:`Placement.shards_tokens`), else ``field`` itself."""
+    if not placement.current().shards_tokens:
+        return field
+    from attnflow.numerics.sharding import shard_tokens
+
+    return shard_tokens(field)
+
+
 def _simulation(config: Config, kernel: Kernel, field, xi: np.ndarray, block_size, dtype) -> Simulation:
     """The simulation of ``field`` under the config's layer norm; the initial data are centred in
     ``kernel``'s gauge frame. The integrator's retraction is the state's (``"none"`` for pre and peri)."""
     solver = config.solver
-    field = _with_layer_norm(config, field)
+    field = _with_layer_norm(config, _on_the_devices(field))
     integrator = make_integrator(solver.method, rtol=solver.rtol, atol=solver.atol)
     if isinstance(field, LayerNormField) and field.retraction != integrator.retraction:
         integrator = dataclasses.replace(integrator, retraction=field.retraction)
