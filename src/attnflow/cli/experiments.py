@@ -92,7 +92,7 @@ def reproduce(
         ),
     ] = False,
 ) -> None:
-    """Run the experiments (the paper's E0-E9 and E10-E16 beyond it), check every expectation, write
+    """Run the experiments (the paper's E0-E9 and E10-E17 beyond it), check every expectation, write
     the report."""
     with user_errors():  # the option strings and the cache folder, before the library is imported
         only_text(only), sizes_text(sizes)
