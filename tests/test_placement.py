@@ -68,14 +68,21 @@ def _placed_runs(out: str) -> None:
     from attnflow.workflows.build import build
     from attnflow.workflows.run import run
 
-    names = {}
+    names, batches = {}, {}
     for name, data in PLACED_CONFIGS.items():
         config = config_from_dict(data)
         run(config, Path(out) / f"{name}-cpu")
+        sim = build(config)
+        seeds = np.stack([np.asarray(sim.x0), np.asarray(sim.x0)[::-1]])  # two states: a batch
+        options = dict(integrator=sim.integrator, dt=sim.dt, t_end=sim.t_end, save_every=sim.save_every)
+        one_by_one = solve(sim.field, seeds, workers=1, **options).xs
         with placement.placed(placement.Placement("gpu", devices=4)):
-            names[name] = type(build(config).field).__name__
+            sharded = build(config).field
+            names[name] = type(sharded).__name__
             run(config, Path(out) / f"{name}-gpu")
-    print(json.dumps(names))
+            batch = solve(sharded, seeds, **options).xs  # one vmap over the sharded field
+        batches[name] = float(np.max(np.abs(batch - one_by_one)))
+    print(json.dumps({"fields": names, "batches": batches}))
 
 
 def test_a_run_on_an_accelerator_with_four_devices_shards_its_tokens_and_equals_the_cpu_run(tmp_path):
@@ -95,7 +102,9 @@ def test_a_run_on_an_accelerator_with_four_devices_shards_its_tokens_and_equals_
     done = subprocess.run([sys.executable, "-c", code, here, str(tmp_path)], capture_output=True, text=True,
                           env=env, timeout=600, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout.splitlines()[-1]) == {"paper": "ShardedField", "heads": "ShardedField"}
+    child = json.loads(done.stdout.splitlines()[-1])
+    assert child["fields"] == {"paper": "ShardedField", "heads": "ShardedField"}
+    assert max(child["batches"].values()) <= 1e-12, child["batches"]
     for name in PLACED_CONFIGS:
         cpu, gpu = (
             zarr.open_group(tmp_path / f"{name}-{where}" / "trajectory.zarr", mode="r")
