@@ -7,7 +7,7 @@ which it can act, at the quick sizes; the cells where it cannot act, or acts wit
 ones listed in :data:`mutants.CANNOT_ACT` and :data:`mutants.BLIND` (docs/mutants.md gives the
 reasons).
 
-The runs are shared (one module-scoped table); in each cell the mutant's jobs run one at a time
+The table is computed once (one test); in each cell the mutant's jobs run one at a time
 and stop at the first failing row. scripts/mutants_table.py writes the same table at full size.
 """
 
@@ -24,28 +24,21 @@ from attnflow.workflows import experiments as experiment_files
 from attnflow.workflows import reproduce
 
 
-@pytest.fixture(scope="module")
-def cells():
+@pytest.mark.slow
+def test_each_mutant_fails_a_row_of_every_experiment_where_it_can_act():
+    """Every mutant against every experiment at quick sizes, in one test (the table is computed
+    once: split over tests, each test worker would compute it again). Where a mutant cannot act
+    (the part it changes is not in the field) and where it acts without a trace in law (not run
+    here; scripts/mutants_table.py runs them): exactly the listed cells."""
     # the blind cells (no failure to find: every acting job would run) are the script's to show
-    return mutants.table(experiment_files.load_experiments(), quick=True, skip=mutants.BLIND)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", list(mutants.MUTANTS))
-def test_each_mutant_fails_a_row_of_every_experiment_where_it_can_act(cells, name):
-    passing = [eid for (m, eid), (status, _) in cells.items() if m == name and status == "PASS"]
-    unexplained = [eid for eid in passing if (name, eid) not in mutants.BLIND]
-    assert not unexplained, f"{name}: every row of {unexplained} passes"
-
-
-@pytest.mark.slow
-def test_the_cells_without_a_failure_are_the_listed_ones(cells):
-    """Where a mutant cannot act (the part it changes is not in the field) and where it acts without
-    a trace in law (not run here; scripts/mutants_table.py runs them): exactly the listed cells."""
+    cells = mutants.table(experiment_files.load_experiments(), quick=True, skip=mutants.BLIND)
+    unexplained = [key for key, (status, _) in cells.items() if status == "PASS" and key not in mutants.BLIND]
+    assert not unexplained, f"every row passes for (mutant, experiment) in {unexplained}"
     cannot = {key for key, (status, _) in cells.items() if status == "cannot act"}
     assert cannot == set(mutants.CANNOT_ACT)
     assert {key for key, (status, _) in cells.items() if status == "not run"} == set(mutants.BLIND)
     assert not set(mutants.CANNOT_ACT) & set(mutants.BLIND)
+    assert {name for name, _ in cells} == set(mutants.MUTANTS)  # every mutant was tried
 
 
 def _paper_job(eid: str, variant: str = ""):
@@ -111,8 +104,9 @@ def test_the_build_mutants_act_where_the_build_changes():
     jobs = reproduce.plan(experiment_files.load_experiments(["E0", "E17"]), quick=True)
     where = mutants.acting(jobs, list(mutants.BUILD_MUTANTS))
     acted = {key for key, acts in where.items() if acts}
-    expected = {("preset scaling ignored", ("E17", "llama3.1", n)) for n in (32, 64)}
-    expected |= {("beta fixed instead of scaled", ("E17", "log_n", n)) for n in (32, 64)}
+    sizes = experiment_files.load_experiments(["E17"])[0].quick.sizes
+    expected = {("preset scaling ignored", ("E17", "llama3.1", n)) for n in sizes}
+    expected |= {("beta fixed instead of scaled", ("E17", "log_n", n)) for n in sizes}
     assert acted == expected
 
 
