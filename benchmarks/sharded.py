@@ -33,6 +33,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from engine import replace_section  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- sharded: begin -->", "<!-- sharded: end -->"
 WAYS = (("single", 1), ("single", 4), ("sharded", 4))
@@ -245,13 +248,7 @@ def render(result: dict, results_md: Path) -> None:
                 f"| {r['interaction']} | {r['causal']} | {r['n']} | {r['single1']:.0f} | {r['single4']:.0f} | {r['sharded4']:.0f} |"
             )
     lines += ["", *result.get("notes", []), END]
-    text = results_md.read_text()
-    block = "\n".join(lines)
-    if BEGIN in text:
-        text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END) :]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    results_md.write_text(text)
+    replace_section(results_md, BEGIN, END, "\n".join(lines))
 
 
 def main() -> None:
