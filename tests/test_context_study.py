@@ -124,6 +124,7 @@ def test_the_command_writes_its_table_json_figure_and_keeps_its_runs(tmp_path, c
         frame = "collapse_x" if row["values"] == "plain" else "collapse_u"
         assert 0.0 < row[frame] < 5.0  # every run has collapsed, in the frame where it does
     assert results["study"]["t_end"] == 5.0 and results["study"]["cpu_s"] > 0
+    assert results["study"]["date"] and results["study"]["machine"]["cpus"] >= 1  # where and when it ran
     table = (tmp_path / "table.md").read_text()
     assert "Plain values" in table and "Rotated values" in table
     assert table.count("| 32 |") == table.count("| 64 |") == 2  # one row per n in each table

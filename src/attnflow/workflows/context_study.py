@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -52,6 +51,7 @@ from attnflow.analysis.metrics import collapse_time, marginal_spread, mean_cosin
 from attnflow.core import rope_presets
 from attnflow.io.atomic import read_record, write_json, write_record, write_text
 from attnflow.io.config import config_from_dict
+from attnflow.io.provenance import StudyClock
 from attnflow.numerics.solve import solve_streaming
 from attnflow.viz.context_study import plot_context_study
 from attnflow.workflows.build import build
@@ -357,7 +357,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     folder = args.out / "runs"
     folder.mkdir(parents=True, exist_ok=True)
-    wall, cpu = time.perf_counter(), time.process_time()
+    clock = StudyClock()
     runs = []
     for n in sorted(args.sizes):
         for seed in args.seeds:
@@ -382,9 +382,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "seeds": args.seeds,
         "sizes": sorted(args.sizes),
         "runs_cpu_s": float(sum(run.cpu_s for run in runs)),
-        "cpu_s": time.process_time() - cpu,
-        "wall_s": time.perf_counter() - wall,
-        "load": os.getloadavg(),
+        **clock.record(),
     }
     write_json(
         args.out / "results.json",

@@ -38,10 +38,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import math
-import os
-import platform
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -53,6 +50,7 @@ from scipy.special import gammaln, hyp0f1, ive
 from attnflow.analysis.metrics import mean_cosine, n_clusters
 from attnflow.io.atomic import read_record, write_json, write_record, write_text
 from attnflow.io.config import config_from_dict
+from attnflow.io.provenance import StudyClock
 from attnflow.numerics.solve import solve_streaming
 from attnflow.workflows.build import build, model_beta
 from attnflow.workflows.context_study import crossing_time
@@ -434,7 +432,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     folder = args.out / "runs"
     folder.mkdir(parents=True, exist_ok=True)
-    wall, cpu = time.perf_counter(), time.process_time()
+    clock = StudyClock()
     runs = []
     for d, (sizes, gammas) in (QUICK if args.quick else FAMILIES).items():
         for n in sizes:
@@ -452,12 +450,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         "quick": args.quick,
         "t_end": args.t_end,
         "normalization": "sa",
-        "machine": {"platform": platform.platform(), "processor": platform.machine(), "cpus": os.cpu_count()},
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "runs_cpu_s": float(sum(run.cpu_s for run in runs)),
-        "cpu_s": time.process_time() - cpu,
-        "wall_s": time.perf_counter() - wall,
-        "load": os.getloadavg(),
+        **clock.record(),
     }
     write_json(args.out / "results.json", {"study": study, "rows": rows})
     write_text(args.out / "table.md", _pivots(rows) + "\nEvery run:\n\n" + _table(rows))
