@@ -560,21 +560,39 @@ def test_a_killed_workers_staging_folder_is_removed_by_the_next_attempt(base_fil
     assert sorted(p.name for p in runs.iterdir()) == sorted([point.hash, fresh.name])
 
 
-def _refused(address: str, security=None) -> str:
-    from distributed import Client
-
-    try:
-        client = Client(address, timeout=5, security=security)
-    except Exception as error:  # TypeError (no TLS context), CommClosedError, OSError, TimeoutError
-        return type(error).__name__
+# A client's attempt, in a process of its own: a plain-TCP client of a TLS scheduler was seen to
+# hang past its own timeout (900 s, in Client.__init__); a process can be killed at a deadline.
+CLIENT_ATTEMPT = """
+import sys
+from distributed import Client
+from attnflow.workflows.sweep import local_security
+try:  # TypeError (no TLS context), CommClosedError, OSError, TimeoutError
+    client = Client(sys.argv[1], timeout=5, security=local_security() if sys.argv[2] == "own" else None)
+except Exception as error:
+    print(type(error).__name__)
+else:
     client.close()
-    return ""
+    print("connected")
+"""
+CLIENT_DEADLINE_S = 60
+
+
+def _refused(address: str, *, own_certificate: bool = False) -> str:
+    """Why a client (without credentials, or with a certificate of its own) got no connection to
+    ``address``; empty if it connected."""
+    command = [sys.executable, "-c", CLIENT_ATTEMPT, address, "own" if own_certificate else "none"]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=CLIENT_DEADLINE_S, check=False)
+    except subprocess.TimeoutExpired:
+        return f"no connection within {CLIENT_DEADLINE_S} s"
+    assert done.returncode == 0 and done.stdout.strip(), done.stderr[-2000:]  # an attempt, not a crash
+    return "" if done.stdout.strip() == "connected" else done.stdout.strip()
 
 
 def test_the_local_cluster_refuses_a_client_without_its_credentials():
     """Another local user could reach 127.0.0.1: plain TCP, TLS without credentials and TLS with
     credentials of their own are all refused; the sweep's own client runs tasks."""
-    from attnflow.workflows.sweep import connect, local_security
+    from attnflow.workflows.sweep import connect
 
     with connect(workers=1) as client:
         address = client.scheduler.address
@@ -582,7 +600,7 @@ def test_the_local_cluster_refuses_a_client_without_its_credentials():
         assert client.submit(abs, -3).result() == 3
         assert _refused(address)
         assert _refused(address.replace("tls://", "tcp://"))
-        assert _refused(address, security=local_security())  # a certificate the cluster never signed
+        assert _refused(address, own_certificate=True)  # a certificate the cluster never signed
 
 
 @pytest.mark.parametrize(
