@@ -257,9 +257,10 @@ def test_a_fault_terminates_and_reaps_every_sibling_worker(fault):
 
 _CTRL_C_SCRIPT = textwrap.dedent(
     """
-    import sys, time
+    import faulthandler, signal, sys, time
     from attnflow.numerics import batch
     if __name__ == "__main__":
+        faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test's view of a hang
         try:
             list(batch.run_tasks(time.sleep, [(60.0,), (60.0,), (60.0,)], workers=2))
         except KeyboardInterrupt:
@@ -293,7 +294,13 @@ def test_ctrl_c_stops_a_batch_without_worker_tracebacks(tmp_path):
             assert blocked >> (signal.SIGINT - 1) & 1
         time.sleep(0.3)  # the workers are starting (importing attnflow and JAX) or have started a task
         os.killpg(parent.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
-        stdout, stderr = parent.communicate(timeout=45)  # the tasks would sleep 60 s
+        try:
+            stdout, stderr = parent.communicate(timeout=45)  # the tasks would sleep 60 s
+        except subprocess.TimeoutExpired:
+            parent.send_signal(signal.SIGUSR1)  # every thread's stack, then the failure shows it
+            time.sleep(2)
+            os.killpg(parent.pid, signal.SIGKILL)
+            pytest.fail("the batch did not stop within 45 s of Ctrl-C:\n" + parent.communicate()[1][-6000:])
     finally:
         if parent.poll() is None:
             os.killpg(parent.pid, signal.SIGKILL)
