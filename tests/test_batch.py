@@ -306,3 +306,31 @@ def test_ctrl_c_stops_a_batch_without_worker_tracebacks(tmp_path):
             os.killpg(parent.pid, signal.SIGKILL)
     assert stdout == "stopped\n" and "Traceback" not in stderr, stderr
     assert not any(os.path.exists(f"/proc/{pid}") for pid in workers)
+
+
+_SIGINT_ELSEWHERE = textwrap.dedent(
+    """
+    import signal, threading, time
+    from attnflow.numerics import batch
+    def elsewhere():
+        time.sleep(3.0)  # the batch waits for its tasks by then
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)  # to this thread, not the main one
+    if __name__ == "__main__":
+        threading.Thread(target=elsewhere, daemon=True).start()
+        try:
+            list(batch.run_tasks(time.sleep, [(60.0,), (60.0,), (60.0,)], workers=2))
+        except KeyboardInterrupt:
+            print("stopped", flush=True)
+    """
+)
+
+
+def test_a_ctrl_c_taken_by_another_thread_stops_the_batch_at_once(tmp_path):
+    """The kernel may hand a process's SIGINT to any thread that does not block it; Python handles
+    it in the main thread, which waits for the tasks: it wakes every POLL_S and raises it then (it
+    had slept until a task finished, 60 s here)."""
+    script = tmp_path / "elsewhere.py"
+    script.write_text(_SIGINT_ELSEWHERE)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=40,
+                          check=False)  # fmt: skip
+    assert done.stdout == "stopped\n" and "Traceback" not in done.stderr, done.stderr

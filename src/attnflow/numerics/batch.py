@@ -34,7 +34,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any
 
 CORES_VARIABLE = "ATTNFLOW_CORES"  # caps the cores a process uses (set to 1 in worker processes)
@@ -113,6 +113,12 @@ def _sigint_blocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
+# The wait for the tasks wakes this often. A SIGINT is handled by Python in the main thread only,
+# but the kernel may deliver it to another thread of this process (the pool's threads); the main
+# thread, asleep in a wait without a deadline, then saw it only when a task finished (a Ctrl-C
+# ignored for the 60 s of the test's tasks, twice in clean-clone test runs). Woken, it raises the
+# KeyboardInterrupt at once.
+POLL_S = 0.2
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _TERMINATE_WAIT_S = 5.0  # how long a worker may take to exit on SIGTERM before it is killed
 
@@ -147,8 +153,11 @@ def run_tasks(fn: Callable[..., Any], tasks: Sequence[tuple], *, workers: int) -
         # a spawn pool starts its processes as tasks are submitted: all of them start here
         with _borrowed_environ({**single_thread_environ(), **POOL_ENVIRON}), _sigint_blocked():
             futures = {pool.submit(fn, *task): index for index, task in enumerate(tasks)}
-        for future in as_completed(futures):
-            yield futures[future], future.result()
+        pending = set(futures)
+        while pending:  # woken every POLL_S: see POLL_S
+            done, pending = wait(pending, timeout=POLL_S, return_when=FIRST_COMPLETED)
+            for future in sorted(done, key=futures.__getitem__):
+                yield futures[future], future.result()
         finished = True
     finally:
         if not finished:  # a task failed, a worker died, or the caller stopped early
