@@ -255,6 +255,14 @@ def test_a_fault_terminates_and_reaps_every_sibling_worker(fault):
     assert not any(_exists(pid) for pids in seen for pid in pids - before)  # reaped, not zombies
 
 
+def _as_from_a_shell() -> None:
+    """The child's SIGINT as a shell starts a program: default action, not blocked. A signal mask
+    and an ignored signal survive exec, and a test worker may hold either (a clean-clone run had its
+    Ctrl-C children wait out their 60 s tasks: SIGINT blocked in the worker, so in them)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 _CTRL_C_SCRIPT = textwrap.dedent(
     """
     import faulthandler, signal, sys, time
@@ -278,7 +286,7 @@ def test_ctrl_c_stops_a_batch_without_worker_tracebacks(tmp_path):
     script = tmp_path / "batch_main.py"
     script.write_text(_CTRL_C_SCRIPT)
     parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, start_new_session=True)  # fmt: skip
+                              text=True, start_new_session=True, preexec_fn=_as_from_a_shell)  # fmt: skip
     try:
         deadline, workers = time.monotonic() + 60, []
         while len(workers) < 2 and time.monotonic() < deadline:
@@ -332,5 +340,5 @@ def test_a_ctrl_c_taken_by_another_thread_stops_the_batch_at_once(tmp_path):
     script = tmp_path / "elsewhere.py"
     script.write_text(_SIGINT_ELSEWHERE)
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=40,
-                          check=False)  # fmt: skip
+                          check=False, preexec_fn=_as_from_a_shell)  # fmt: skip
     assert done.stdout == "stopped\n" and "Traceback" not in done.stderr, done.stderr
