@@ -142,7 +142,23 @@ def test_the_sphere_initial_wave_has_mass_one_and_turns_with_rope():
     np.testing.assert_allclose(np.sqrt(4 * np.pi) * a[:, 0, 0].real, 1.0, rtol=1e-14)
     power = (np.abs(a) ** 2).sum(axis=-1)
     assert np.all(power[:, 3:] < 1e-28) and np.all(power[:, 2] > 1e-4)  # P_2 of a direction: degree 2 only
-    np.testing.assert_allclose(run.rotation, 2 * np.pi * np.asarray(run.labels.nodes), rtol=1e-15)
+    alpha = 2 * np.pi * np.asarray(run.labels.nodes)  # RoPE in d = 3: a turn about the third axis
+    c, s = np.cos(alpha), np.sin(alpha)
+    turn = np.zeros((alpha.size, 3, 3))
+    turn[:, 0, 0], turn[:, 0, 1], turn[:, 1, 0], turn[:, 1, 1], turn[:, 2, 2] = c, -s, s, c, 1.0
+    np.testing.assert_allclose(run.frames, turn, atol=1e-15)
+
+
+def test_sphere_gauges_are_the_particles_matrices(tmp_path):
+    prompts = {"model": {"d": 3}, "aux": {"kind": "prompts", "n_prompts": 3}, "factor": {"kind": "none"}}
+    sphere = {"grid": None, "lmax": 18, "centers": [[0.0, 0.0, 1.0]], "kappa": 1.0}
+    run = build_density(_config({**prompts, "gauge": {"kind": "prompt", "seed": 7}, "density": sphere}))
+    np.testing.assert_array_equal(run.frames, gauges.haar_orthogonal(7, 3, 3))
+    np.save(tmp_path / "q.npy", gauges.haar_orthogonal(8, 3, 3))
+    gauge = {"kind": "file", "path": str(tmp_path / "q.npy")}
+    run = build_density(_config({**prompts, "gauge": gauge, "density": sphere}))
+    np.testing.assert_array_equal(run.frames, gauges.haar_orthogonal(8, 3, 3))
+    assert run.wigner.shape == (3, 19, 19, 37)
 
 
 def test_memory_bound_names_the_grid():

@@ -171,11 +171,13 @@ def test_resume_refuses_another_config(tmp_path):
 
 
 def test_the_sphere_run_folder_and_its_resume(tmp_path):
+    """Prompt gauges (seed 0: a reflection and a rotation): the solver's slices are in the gauge
+    frame, the stored ``f`` in the content frame (turned back by Wigner matrices)."""
     config = {
         "model": {"d": 3, "beta": 1.0},
-        "aux": {"kind": "positions"},
-        "gauge": {"kind": "rope"},
-        "density": {"lmax": 18, "labels": 2, "centers": [[1.0, 0.0, 0.0]], "kappa": 1.0},
+        "aux": {"kind": "prompts", "n_prompts": 2},
+        "gauge": {"kind": "prompt", "seed": 0},
+        "density": {"lmax": 18, "centers": [[1.0, 0.0, 0.0]], "kappa": 1.0},
         "solver": {"dt": 0.025, "t_end": 0.2, "save_every": 0.05},
     }
     path = _write(tmp_path, config)
@@ -194,6 +196,15 @@ def test_the_sphere_run_folder_and_its_resume(tmp_path):
     metrics = json.loads((whole / "metrics.json").read_text())
     assert metrics["run"]["domain"] == "sphere" and metrics["mass_error"] <= 1e-12
     assert metrics["energy_monotone"] is True
+    # the marginal law's spread two ways: from the stored content-frame f (Wigner matrices) and, in
+    # the metrics, from the gauge-frame slices' resultants turned by Q^T (a transposed frame or a
+    # dropped reflection moves the stored laws' resultants by O(1))
+    points = np.stack(np.broadcast_arrays(x, np.cos(lat) * np.sin(lon), np.sin(lat)))
+    area = np.polynomial.legendre.leggauss(ds.sizes["lat"])[1][:, None] * (2 * np.pi / ds.sizes["lon"])
+    resultant = np.einsum("tlab,cab,a,l->tc", ds["f"].values, points, area[:, 0], ds["weight"].values)
+    spread = 1.0 - np.linalg.norm(resultant, axis=-1)
+    np.testing.assert_allclose(metrics["series"]["spread"], spread, atol=1e-12)
+    assert np.ptp(spread) > 1e-3  # the law moves
 
     def stop_after_two(done: int, total: int) -> None:
         if done == 2:
@@ -261,6 +272,15 @@ def _bad_f0(folder: Path, kind: str) -> dict:
     return {}
 
 
+def _planar_gauge_file_on_the_sphere(folder: Path) -> dict:
+    np.save(folder / "q.npy", np.broadcast_to(np.eye(2), (3, 2, 2)))
+    return {
+        "model": {"d": 3},
+        "gauge": {"kind": "file", "path": "q.npy"},
+        "density": {"grid": None, "lmax": 24, "path": None, "centers": [[1.0, 0.0, 0.0]], "kappa": 1.0},
+    }
+
+
 BAD = [  # (changes or a maker of changes, words the one line must hold)
     ({"model": {"beta": 5.0}, "density": {"grid": 32}}, ["density.grid", "63", "32"]),
     (
@@ -281,16 +301,7 @@ BAD = [  # (changes or a maker of changes, words the one line must hold)
     ({"solver": {"dt": 0.25}}, ["solver.dt", "at most", "0.25"]),
     ({"model": {"d": 3}}, ["model.d", "density.grid"]),
     ({"attention": {"heads": 2}}, ["attention", "[density]"]),
-    (
-        {
-            "model": {"d": 3},
-            "aux": {"kind": "prompts"},
-            "gauge": {"kind": "prompt"},
-            "factor": {"kind": "none"},
-            "density": {"grid": None, "lmax": 24, "labels": 16, "path": None},
-        },
-        ["gauge.kind", "prompt"],
-    ),  # fmt: skip
+    (_planar_gauge_file_on_the_sphere, ["gauge.path", "(3, 3, 3)", "(3, 2, 2)"]),
     ({"density": {"path": None, "init": "vmf", "centers": [[1.0, 0.0]], "kappa": 400.0}}, ["density.kappa"]),
     ({"density": {"path": None, "amplitude": 1.5}}, ["density.amplitude", "1.5"]),
     (

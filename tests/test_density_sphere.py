@@ -65,13 +65,17 @@ def test_transform_and_angular_momentum_closed_forms():
 
 
 @pytest.mark.parametrize(
-    "normalization,factor_kind,kind",
-    [("usa", "toeplitz", "exp"), ("sa", "bias", "exp"), ("usa", "none", "linear")],
+    "normalization,factor_kind,kind,turned",
+    [("usa", "toeplitz", "exp", True), ("sa", "bias", "exp", False), ("usa", "none", "linear", False)],
 )
-def test_velocity_and_energy_are_the_particles_at_the_quadrature_nodes(normalization, factor_kind, kind):
+def test_velocity_and_energy_are_the_particles_at_the_quadrature_nodes(
+    normalization, factor_kind, kind, turned
+):
     """Particles at the grid nodes of every label, weighted ``m = ρ_l w_j (2π/nlon) f``; the factor
     ``n m_i m_j W`` (usa) makes the particles' field ``m_i`` times the density's velocity, the softmax
-    (sa) the velocity itself; the particles' energy is ``E / n`` (usa)."""
+    (sa) the velocity itself; the particles' energy is ``E / n`` (usa). ``turned``: each label has an
+    orthogonal gauge ``Q_l`` (Haar draws, a reflection among them) and the density's slices are in the
+    gauge frame: the particles sit at ``Q_lᵀ u`` with the gauge, and move with ``Q_lᵀ V(u)``."""
     lmax, count = 10, 3
     labels = dc.position_labels(count)
     factor = {
@@ -101,12 +105,18 @@ def test_velocity_and_energy_are_the_particles_at_the_quadrature_nodes(normaliza
         * mass[None, :]
         * (n if normalization == "usa" else 1)
     )
-    kernel = Kernel(gauges.IdentityGauge(n=n, d=3), factors.make_matrix_factor(w, n=n), profile)
-    points = jnp.asarray(np.tile(x.reshape(3, -1).T, (count, 1)))
+    points = np.tile(x.reshape(3, -1).T, (count, 1))
+    density_v = np.moveaxis(v, 0, -1).reshape(-1, 3)
+    gauge = gauges.IdentityGauge(n=n, d=3)
+    if turned:
+        q = np.repeat(gauges.haar_orthogonal(0, count, 3), nlat * nlon, axis=0)  # dets -1, 1, 1
+        points, density_v = np.einsum("nji,nj->ni", q, points), np.einsum("nji,nj->ni", q, density_v)
+        gauge = gauges.DenseGauge(q=jnp.asarray(q))
+    kernel = Kernel(gauge, factors.make_matrix_factor(w, n=n), profile)
+    points = jnp.asarray(points)
     particle_field = make_vector_field(kernel, normalization=normalization)
     vp = np.asarray(particle_field(points))
     vp = vp / mass[:, None] if normalization == "usa" else vp
-    density_v = np.moveaxis(v, 0, -1).reshape(-1, 3)
     # one sum regrouped (transforms and the label product against the pair sum), and the kernel's
     # degrees past lmax (i_11(1.5)/i_0(1.5) ~ 1e-11 of a zonal kernel, weighted by f's degree <= 2 parts: 0)
     assert np.max(np.abs(vp - density_v)) <= 1e-13 * np.max(np.abs(density_v))

@@ -6,7 +6,8 @@ from attnflow.io.config_errors import ConfigError, as_lists, numbers
 from attnflow.io.config_unused import check_density_unused
 
 DENSITY_METHODS = ("euler", "rk4")  # fixed steps with the identity retraction (a density is not renormalised)
-DENSITY_SPHERE_GAUGES = ("none", "rope")  # on S^2 a RoPE gauge in d = 3 turns about the third axis
+# every gauge passes on S^2 as on S^1: the solver works in the gauge frame and turns its slices back
+DENSITY_SPHERE_GAUGES = ("none", "rope", "generalized_rope", "prompt", "file")
 
 
 def density_reads_only_its_keys(config) -> None:
@@ -76,13 +77,6 @@ def _density_solver_fits(config) -> None:
             "density.init",
             "'uniform' or 'vmf' with `density.lmax` (an initial law from a file: on S^1 only so far)",
             density.init,
-        )
-    if density.lmax is not None and config.gauge.kind not in DENSITY_SPHERE_GAUGES:
-        raise ConfigError.from_parts(
-            "gauge.kind",
-            f"one of {DENSITY_SPHERE_GAUGES} with `density.lmax` (on S^2 the density solver takes RoPE "
-            "about the third axis; prompt and other gauges only on S^1 so far)",
-            config.gauge.kind,
         )
 
 

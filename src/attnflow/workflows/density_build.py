@@ -12,7 +12,8 @@ is touched, and refused as a :class:`ConfigError` naming the key:
 - the run must fit in memory (an estimate from the grid and the labels, before anything is made);
 - ``solver.dt`` must be at most the law-independent stable step (``safe_dt``);
 - the label file ``aux.path``: ``(L,)`` nodes (equal weights) or ``(L, 2)`` nodes and positive
-  weights (rescaled to sum 1); a factor file ``(L, L)``; a gauge file ``(L, 2, 2)``;
+  weights (rescaled to sum 1); a factor file ``(L, L)``; a gauge file ``(L, d, d)`` of orthogonal
+  matrices;
 - the initial law: finite, non-negative, of positive mass in every row (each row is rescaled to
   mass 1), of shape ``(L, grid)`` or ``(grid,)``, and resolved on the grid at ``t = 0``.
 
@@ -38,6 +39,7 @@ from attnflow.core.kernel import Profile, make_profile
 from attnflow.io.config import Config, ConfigError
 from attnflow.io.density_store import DensityArray
 from attnflow.numerics import density_circle as dc
+from attnflow.numerics import density_rotation
 from attnflow.numerics import density_sphere as ds
 from attnflow.numerics.integrators import RK4, Euler, Integrator
 from attnflow.numerics.saving import snapshot_count, whole_multiple
@@ -60,8 +62,10 @@ class DensityRun:
 
     ``field``/``state0``: the density field and the initial state (:mod:`density_circle` or
     :mod:`density_sphere`); ``domain``: ``"circle"`` or ``"sphere"``; ``arrays`` and ``coords``:
-    what the store keeps of a snapshot; ``rotation``: the per-label angles ``α_l`` of a RoPE gauge on
-    S^2 about the third axis (the content frame of the stored ``f``; None: no gauge)."""
+    what the store keeps of a snapshot. On S^2 with a gauge, ``frames (L, 3, 3)``: each label's
+    ``Q(ξ_l)`` (the solver's slices are in the gauge frame ``u = Q x``), and ``wigner``: its Wigner
+    matrices (:func:`attnflow.numerics.density_rotation.wigner_blocks`), which turn the slices back
+    to the content frame of the stored ``f``; both None without a gauge or on S^1."""
 
     domain: str
     field: object
@@ -76,7 +80,8 @@ class DensityRun:
     beta: float
     arrays: dict[str, DensityArray]
     coords: dict[str, tuple]
-    rotation: np.ndarray | None = None
+    frames: np.ndarray | None = None
+    wigner: np.ndarray | None = None
 
 
 def _fail(key: str, constraint: str, value, hint: str = "") -> ConfigError:
@@ -120,28 +125,37 @@ def _rope_omega(config: Config) -> float:
     return float(np.sum(freqs[:1]))
 
 
-def _circle_gauge(config: Config, labels: dc.LabelQuadrature) -> dc.CircleGauge:
+def _gauge_matrices(config: Config, labels: dc.LabelQuadrature, d: int) -> np.ndarray | None:
+    """The config's gauge on the label nodes as orthogonal ``(L, d, d)`` matrices (the particles'
+    builders; positions on ``[0, 1)``: ``"full_period"`` is ``ω = 2π``); None without a gauge."""
     g, nodes, count = config.gauge, np.asarray(labels.nodes), labels.size
     if g.kind == "none":
-        return dc.identity_circle_gauge(count)
+        return None
     if g.kind == "rope":
-        return dc.rope_circle_gauge(labels, _rope_omega(config))
+        return np.asarray(gauges.make_rope(nodes, d, [_rope_omega(config)]).matrices())
     if g.kind == "generalized_rope":
+        generators = g.generators if g.generators is not None else [gauges.axis_generator(a) for a in g.axes]
         omega = 2.0 * math.pi if g.omega == "full_period" else float(g.omega)
-        q = gauges.make_generalized_rope(nodes, g.generators, g.rates, omega=omega)
-        return dc.circle_gauge(q)
+        return np.asarray(gauges.make_generalized_rope(nodes, generators, g.rates, omega=omega).matrices())
     if g.kind == "prompt":
-        q = gauges.haar_orthogonal(g.seed, config.aux.n_prompts, 2)
-        return dc.circle_gauge_from_matrices(q[nodes.astype(int)])
+        return gauges.haar_orthogonal(g.seed, config.aux.n_prompts, d)[nodes.astype(int)]
     q = load_checked("gauge.path", g.path)
-    if q.shape != (count, 2, 2):
+    if q.shape != (count, d, d):
         raise _fail(
-            "gauge.path", f"an array of shape ({count}, 2, 2) (one per label node)", f"shape {q.shape}"
+            "gauge.path", f"an array of shape ({count}, {d}, {d}) (one per label node)", f"shape {q.shape}"
         )
     try:
-        return dc.circle_gauge_from_matrices(q)
+        return gauges.check_orthogonal(q, name="gauge.path")
     except ValueError as error:
         raise _fail("gauge.path", "orthogonal matrices", str(error)) from None
+
+
+def _circle_gauge(config: Config, labels: dc.LabelQuadrature) -> dc.CircleGauge:
+    if config.gauge.kind == "none":
+        return dc.identity_circle_gauge(labels.size)
+    if config.gauge.kind == "rope":
+        return dc.rope_circle_gauge(labels, _rope_omega(config))
+    return dc.circle_gauge_from_matrices(_gauge_matrices(config, labels, 2))
 
 
 def _factor(config: Config, labels: dc.LabelQuadrature) -> factors.Factor:
@@ -191,10 +205,12 @@ def memory_estimate(config: Config, profile: Profile, labels: int) -> dict[str, 
         return terms
     size = density.lmax + 1
     kept, nlat, nlon = ds.grid_shape(profile, density.lmax)
+    wigner = labels * size * size * (2 * size - 1) * 16 if config.gauge.kind != "none" else 0
     terms["density.lmax"] = (
         3 * size * size * nlat * 8  # the Legendre table and its even/odd halves
         + _SPHERE_GRID_COPIES * labels * nlat * nlon * 8
         + _SPHERE_COEFF_COPIES * labels * size * size * 16
+        + 2 * wigner  # a gauge's Wigner matrices, on the host and in the program
     )
     return terms
 
@@ -273,14 +289,16 @@ def build_density(config: Config) -> DensityRun:
     check_memory(config, profile, labels.size)
     factor = _factor(config, labels)
     field = _checked_field(config, profile, labels, factor)
+    frames = wigner = None
     if density.grid is not None:
-        domain, rotation = "circle", None
+        domain = "circle"
         state0 = circle_initial(config, labels, density.grid)
         safe = dc.safe_dt(field)
     else:
         domain = "sphere"
-        rotation = _rope_omega(config) * np.asarray(labels.nodes) if config.gauge.kind == "rope" else None
-        state0 = sphere_initial(config, field, labels, rotation)
+        frames = _gauge_matrices(config, labels, 3)
+        wigner = None if frames is None else density_rotation.wigner_blocks(frames, density.lmax)
+        state0 = sphere_initial(config, field, labels, frames)
         safe = ds.safe_dt(field)
     if solver.dt > safe:
         raise _fail(
@@ -320,7 +338,8 @@ def build_density(config: Config) -> DensityRun:
         beta=float(model.beta),
         arrays=_arrays(domain, field, labels),
         coords=_coords(domain, field, labels),
-        rotation=rotation,
+        frames=frames,
+        wigner=wigner,
     )
 
 
@@ -377,26 +396,18 @@ def _coords(domain: str, field, labels) -> dict[str, tuple]:
 # --- what a snapshot stores, and its state back ----------------------------------------------------------
 
 
-def rotate_coefficients(a: jax.Array, angles) -> jax.Array:
-    """The content-frame coefficients of gauge-frame ones ``a (L, l, m)`` under RoPE's turns
-    ``angles (L,)`` about the third axis: ``f_l(x) = g_l(R_z(α_l) x)`` multiplies ``a_lm`` by
-    ``e^{i m α_l}``."""
-    m = jnp.arange(a.shape[-1])
-    return a * jnp.exp(1j * m[None, None, :] * jnp.asarray(angles)[:, None, None])
-
-
 @jax.jit
-def _content_values(field, a, angles):
-    """Grid values of the content-frame slices (S^2) from the gauge-frame coefficients ``a``."""
-    return field.synthesis(rotate_coefficients(a, angles))
+def content_values(field, a, wigner):
+    """Grid values ``(L, nlat, nlon)`` of the content-frame slices (S^2) from the gauge-frame
+    coefficients ``a`` (``wigner``: the run's Wigner matrices; None: no gauge)."""
+    return field.synthesis(a if wigner is None else density_rotation.rotate_coefficients(a, wigner))
 
 
 def snapshot_arrays(run: DensityRun, state) -> dict[str, np.ndarray]:
     """The arrays the store keeps of ``state`` (NumPy, float64)."""
     if run.domain == "circle":
         return {"f": np.asarray(state.f)}
-    angles = np.zeros(run.labels.size) if run.rotation is None else run.rotation
-    f = _content_values(run.field, state.a, angles)
+    f = content_values(run.field, state.a, run.wigner)
     a = np.asarray(state.a)
     return {"f": np.asarray(f), "a": np.stack([a.real, a.imag], axis=-1)}
 

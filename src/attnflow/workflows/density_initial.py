@@ -9,7 +9,8 @@
 
 Each label's slice has mass 1 (rows rescaled by the trapezoid rule, exact for the interpolant; on S^2
 the harmonic projection divided by its mass). On S^2 the solver holds gauge-frame slices
-``g_ξ(u) = f_ξ(Q(ξ)ᵀ u)``: a RoPE turn ``R_z(α_ξ)`` turns the law's directions by ``α_ξ``.
+``g_ξ(u) = f_ξ(Q(ξ)ᵀ u)``: the law's directions ``c`` become ``Q(ξ) c`` (a RoPE turn ``R_z(α_ξ)``
+turns them by ``α_ξ``; a prompt gauge may also reflect them).
 """
 
 from __future__ import annotations
@@ -113,22 +114,20 @@ def _random_directions(seed: int, count: int) -> np.ndarray:
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
-def _rotate_z(vectors: np.ndarray, angles: np.ndarray) -> np.ndarray:
-    """``R_z(α_l) v`` for vectors ``(L, 3)`` (or ``(3,)``, broadcast) and angles ``(L,)``."""
-    v = np.broadcast_to(vectors, (angles.size, 3))
-    c, s = np.cos(angles), np.sin(angles)
-    return np.stack([c * v[:, 0] - s * v[:, 1], s * v[:, 0] + c * v[:, 1], v[:, 2]], axis=1)
+def _turn(frames: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+    """``Q_l v_l`` for vectors ``(L, 3)`` (or ``(3,)``, the same for every label) and ``frames (L, 3, 3)``."""
+    return np.einsum("lij,lj->li", frames, np.broadcast_to(vectors, (frames.shape[0], 3)))
 
 
-def sphere_initial(config: Config, field: ds.SphereDensityField, labels, rotation) -> ds.SphereDensity:
+def sphere_initial(config: Config, field: ds.SphereDensityField, labels, frames) -> ds.SphereDensity:
     """The gauge-frame slices ``g_l(u) = f_l(Q_lᵀ u)`` of the initial law: its directions turned
-    by ``Q_l`` (a RoPE turn about the third axis), on the grid, then projected on the harmonics
+    by ``Q_l`` (``frames (L, 3, 3)``; None: no gauge), on the grid, then projected on the harmonics
     and each slice rescaled to mass 1."""
     density, count = config.density, labels.size
-    angles = np.zeros(count) if rotation is None else rotation
+    frames = np.broadcast_to(np.eye(3), (count, 3, 3)) if frames is None else np.asarray(frames)
     points = np.asarray(field.grid_points())  # (3, nlat, nlon)
     if density.init == "uniform":
-        directions = _rotate_z(_random_directions(density.seed, count), angles)
+        directions = _turn(frames, _random_directions(density.seed, count))
         cosines = np.einsum("lc,cab->lab", directions, points)
         wave = scipy.special.eval_legendre(density.mode, cosines)
         values = (1.0 + density.amplitude * wave) / (4 * np.pi)
@@ -138,7 +137,7 @@ def sphere_initial(config: Config, field: ds.SphereDensityField, labels, rotatio
         norm = kappa / (2 * np.pi * -np.expm1(-2 * kappa))
         for center, weight in zip(density.centers, _mixture_weights(density), strict=True):
             c = np.asarray(center, dtype=np.float64) / np.linalg.norm(center)
-            cosines = np.einsum("lc,cab->lab", _rotate_z(c, angles), points)
+            cosines = np.einsum("lc,cab->lab", _turn(frames, c), points)
             values += weight * norm * np.exp(kappa * (cosines - 1.0))
     return _sphere_projection(field, jnp.asarray(values))
 

@@ -46,7 +46,6 @@ from attnflow.viz import density as density_figures
 from attnflow.workflows.density_build import (
     DensityRun,
     build_density,
-    rotate_coefficients,
     snapshot_arrays,
     state_from_arrays,
 )
@@ -124,22 +123,23 @@ def _advance(field, state, *, integrator, dt: float, steps: int):
     return jax.tree.map(lambda leaf: leaf[-1], states), codes[-1]
 
 
-def _resultants(field, state, rotation):
-    """``∫ x f dx`` per label in the content frame: ``(L, 2)`` on S^1, ``(L, 3)`` on S^2 (the
-    gauge-frame slices turned back by ``rotation``, RoPE's angles about the third axis)."""
+def _resultants(field, state, frames):
+    """``∫ x f dx`` per label in the content frame: ``(L, 2)`` on S^1, ``(L, 3)`` on S^2, where
+    ``f_l(x) = g_l(Q_l x)`` for the gauge-frame slices ``g_l``: ``Q_lᵀ ∫ u g_l(u) du`` (``frames``:
+    the ``Q_l``, ``(L, 3, 3)``; None: no gauge)."""
     if isinstance(field, dc.CircleDensityField):
         theta = 2 * np.pi * jnp.arange(field.grid) / field.grid
         f = state.f
         return 2 * np.pi * jnp.stack([jnp.mean(f * jnp.cos(theta), -1), jnp.mean(f * jnp.sin(theta), -1)], -1)
-    f = field.synthesis(rotate_coefficients(state.a, rotation))
-    return jnp.einsum("cab,lab,ab->lc", field.grid_points(), f, field.areas())
+    r = jnp.einsum("cab,lab,ab->lc", field.grid_points(), field.synthesis(state.a), field.areas())
+    return r if frames is None else jnp.einsum("lji,lj->li", frames, r)
 
 
 @jax.jit
-def _measure(field, state, rotation):
+def _measure(field, state, frames):
     """The metrics of one snapshot (scalars; ``mass`` per label)."""
     tail, negative = _module(field).resolution(field, state)
-    r = _resultants(field, state, rotation)
+    r = _resultants(field, state, frames)
     weights = field.labels.weights
     return {
         "energy": field.energy(state),
@@ -195,10 +195,10 @@ class _Series:
 def _run_in_folder(run: DensityRun, out_dir: Path, resolved: dict, *, resume: bool, progress) -> RunResult:
     start, status, writer, steps, compile_time = time.perf_counter(), "error", None, 0, None
     series, path = _Series(), out_dir / STORE
-    rotation = jnp.zeros(run.labels.size) if run.rotation is None else jnp.asarray(run.rotation)
+    frames = None if run.frames is None else jnp.asarray(run.frames)
 
     def measure(field, state):
-        return _measure(field, state, rotation)
+        return _measure(field, state, frames)
 
     try:
         if resume:
