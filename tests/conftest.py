@@ -1,4 +1,5 @@
 import os
+import signal
 
 import jax
 import pytest
@@ -36,3 +37,19 @@ def _persistent_cache_stays_with_its_test():
     if jax.config.jax_compilation_cache_dir != before:
         jax.config.update("jax_compilation_cache_dir", before)
         compilation_cache.reset_cache()
+
+
+@pytest.fixture(autouse=True)
+def _signal_mask_stays_as_it_was():
+    """No test leaves this thread's signal mask changed: a mask survives ``exec``, so a SIGINT left
+    blocked here would reach no process a later test starts (a Ctrl-C test then waits in vain, as
+    one clean-clone run did). A test that changes it fails here, naming what it left blocked."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    yield
+    after = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    if after != before:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        pytest.fail(f"the test left the signal mask {sorted(after)}; it found {sorted(before)}")
