@@ -1,6 +1,8 @@
 """The run viewer (self-contained HTML, tested in a real headless Chromium) and the animation."""
 
 import base64
+import dataclasses
+import html
 import json
 import re
 import shutil
@@ -114,19 +116,56 @@ def test_the_page_reads_out_each_panel_s_mean_cosine_per_frame_and_has_speed_and
     assert 'id="speed"' in page and '"ArrowRight"' in page and 'e.key === " "' in page
 
 
+# Run in the page by Chromium after it has drawn: every pair of the page's boxes (title, setting
+# line, each control, each canvas and caption, the colour key's parts, the legend) that overlap,
+# and whether the page is wider than the window; then the same after a deliberate break (the
+# setting line pulled up over the title), which the probe must see.
+LAYOUT_PROBE = """<script>
+function measure() {
+  const boxes = [...document.querySelectorAll(
+    "h3, .setting, .controls > *, canvas, figcaption, .key > *, .legend")]
+    .map(el => [el.id || el.className || el.tagName.toLowerCase(), el.getBoundingClientRect()])
+    .filter(([, r]) => r.width > 0 && r.height > 0);
+  const overlaps = [];
+  boxes.forEach(([a, p], i) => boxes.slice(i + 1).forEach(([b, q]) => {
+    const w = Math.min(p.right, q.right) - Math.max(p.left, q.left);
+    const h = Math.min(p.bottom, q.bottom) - Math.max(p.top, q.top);
+    if (w > 0.5 && h > 0.5) overlaps.push([a, b]);
+  }));
+  return {overlaps, wide: document.documentElement.scrollWidth > innerWidth};
+}
+const seen = measure();
+document.querySelector(".setting").style.marginTop = "-30px";
+const out = document.createElement("pre");
+out.id = "probe";
+out.textContent = JSON.stringify({...seen, broken: measure().overlaps});
+document.body.append(out);
+</script>"""
+
+
 @pytest.mark.skipif(BROWSER is None, reason="no Chromium on this machine (CI installs one)")
-def test_the_read_out_follows_the_frame_in_a_real_browser(tmp_path):
-    run = _stored()
-    page = write_viewer(run, tmp_path / "viewer.html", title="synthetic")
+@pytest.mark.parametrize("width", [1400, 820])
+def test_the_read_out_follows_the_frame_and_nothing_overlaps_in_a_real_browser(tmp_path, width):
+    config = {"model": {"n": 48, "d": 3, "beta": 1.0}, "aux": {"kind": "positions"},
+              "gauge": {"kind": "rope", "frequencies": "full_period"},
+              "solver": {"method": "rk4", "dt": 0.01}}  # fmt: skip
+    run = dataclasses.replace(_stored(), attrs={"config": config})
+    energy = np.linspace(0.2, 0.9, len(run.ts))
+    page = write_viewer(run, tmp_path / "viewer.html", title="a run folder's name", energy=energy)
+    page.write_text(page.read_text(encoding="utf-8").replace("</body>", LAYOUT_PROBE + "</body>"))
     dom = subprocess.run(
         [BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
          "--disable-background-networking", f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom",
-         f"{page.as_uri()}#frame=-1"],
+         f"--window-size={width},900", f"{page.as_uri()}#frame=-1"],
         check=True, capture_output=True, text=True, timeout=120,
     ).stdout  # fmt: skip
     last = _data(page.read_text())["mean_cosine"][0][-1]
     assert f"mean cosine {last:.4f}" in dom
-    assert re.search(r"t = 14\.5\s+\(snapshot 30 of 30\)", dom)
+    assert re.search(r"t = 14\.5\s+\(snapshot 30 of 30\), energy E = 0\.900000", dom)
+    assert "n = 48, d = 3, β = 1, gauge rope (full_period), labels positions, rk4 dt = 0.01" in dom
+    layout = json.loads(html.unescape(re.search(r'<pre id="probe">(.*?)</pre>', dom, re.S).group(1)))
+    assert layout["overlaps"] == [] and not layout["wide"], layout
+    assert ["h3", "setting"] in layout["broken"], layout  # the probe sees an overlap
 
 
 def test_fill_template_names_a_missing_field():
