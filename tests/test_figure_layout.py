@@ -355,3 +355,28 @@ def test_the_collapse_plot_of_a_million_tokens_holds_its_layout(tmp_path, monkey
     with capture_figures(monkeypatch) as saved:
         plotting.write_run_figures(tmp_path, ts=ts, xs=_unit((T, 30, 3)), us=None, color=None, series=series)
     _assert_clean(saved)
+
+
+def test_the_context_study_figure_holds_its_layout(tmp_path, monkeypatch):
+    from attnflow.viz.context_study import plot_context_study
+    from attnflow.workflows.context_study import ContextRun
+
+    sizes, ts = (128, 1024, 131_072), np.linspace(0.0, 20.0, 41)
+    runs, rows = [], []
+    for values in ("plain", "rotated"):
+        for scaling in ("none", "preset"):
+            for n in sizes:
+                gap = np.exp(-ts * (1 + np.log2(n) / 20))
+                runs.append(ContextRun(
+                    values=values, scaling=scaling, n=n, seed=0, t_end=20.0, dt=0.05, ts=ts,
+                    mean_cosine=1 - gap, gauge_mean_cosine=1 - 0.5 * gap, orbit_residual=gap,
+                    spread=0.3 / np.log2(n), u_star=np.array([0.0, 0.0, 1.0]), status="ok", steps=400,
+                    wall_s=1.0, cpu_s=1.0,
+                ))  # fmt: skip
+                rows.append({"values": values, "scaling": scaling, "n": n, "spread": 0.3 / np.log2(n),
+                             "orbit_residual": 1e-9 * n, "collapse_x": None if n > 1024 else 12.5,
+                             "collapse_u": 3.0 + np.log2(n)})  # fmt: skip
+    typical = {scaling: [(n, 0.4 / np.log2(n)) for n in sizes] for scaling in ("none", "preset")}
+    with capture_figures(monkeypatch) as saved:
+        plot_context_study(runs, rows, typical, tmp_path / "context_study.png")
+    _assert_clean(saved)
