@@ -38,11 +38,28 @@ checks; nothing about an experiment lives in code branches. Layout of ``E1.toml`
     bound = 1e-4                           # a number, a boolean, [lo, hi] for "in";
     # bound_metric = "circle_deficit"      # ... or another measured value of the same seed
     # tol = 1e-4                           # added to the bound ("<=", "<"), or the "~=" tolerance
-    scope = "every seed"                   # or an aggregate over seeds: "median", "min", "max", "count"
+    scope = "every seed"                   # or an aggregate over seeds: "median", "min", "max", "count",
+                                           # "two-sample" (below)
     # min_count = 2                        # "count": how many seeds must satisfy the comparison
     # at = 20.0                            # a report time (default: the final snapshot)
     # sizes = [64]; variants = ["a"]       # restrict where it applies
     # across = "some size"                 # pass if it holds for at least one size
+
+A value whose law has no closed form is compared with a *reference sample*: the same value of
+the real simulator on seeds no experiment runs, stored in an experiment file (and made by
+``python -m attnflow.workflows.reproduce_reference``)::
+
+    [reference.collapse_time]              # E0.toml: the sample "E0.collapse_time"
+    metric = "collapse_time"
+    seeds = [1000, 1039]                   # the first and the last seed of the sample
+    values = {64 = [...], 128 = [...]}     # per size
+
+    [[expect]]                             # in E0.toml, or in another file (E1.toml)
+    metric = "collapse_time"
+    op = ">="
+    bound = 1e-3                           # the level: the row passes at p >= bound
+    scope = "two-sample"                   # the p-value of the two-sample Kolmogorov–Smirnov test
+    reference = "E0.collapse_time"         # of the seeds' values against the sample of this size
 
 One generic evaluator, :func:`evaluate`, checks every expectation against the values measured
 per seed (:mod:`attnflow.workflows.reproduce` measures them); no experiment has code of its own.
@@ -70,6 +87,7 @@ __all__ = [
     "evaluate",
     "Expectation",
     "Experiment",
+    "ReferenceSample",
     "QuickSettings",
     "Variant",
     "experiment_ids",
@@ -84,7 +102,7 @@ REALIZE_PARAMETERS = {
     "density": (),  # the setting is attnflow.workflows.density_particles's
 }
 OPS = ("<", "<=", ">", ">=", "==", "~=", "in")
-SCOPES = ("every seed", "median", "min", "max", "count")
+SCOPES = ("every seed", "median", "min", "max", "count", "two-sample")
 
 
 class _Frozen(BaseModel):
@@ -100,8 +118,9 @@ class Expectation(_Frozen):
     bound: bool | float | tuple[float, float] | None = None
     bound_metric: str | None = None
     tol: float = Field(0.0, ge=0)
-    scope: Literal["every seed", "median", "min", "max", "count"] = "every seed"
+    scope: Literal["every seed", "median", "min", "max", "count", "two-sample"] = "every seed"
     min_count: int = Field(1, ge=1)
+    reference: str | None = None  # "two-sample": the reference sample, "<experiment id>.<name>"
     at: float | None = Field(None, ge=0)
     sizes: tuple[int, ...] | None = None
     variants: tuple[str, ...] | None = None
@@ -117,6 +136,27 @@ class Expectation(_Frozen):
             raise ValueError("a single number for `bound` unless `op` = 'in'")
         if self.bound_metric is not None and self.scope != "every seed":
             raise ValueError("`scope` = 'every seed' with `bound_metric` (a per-seed bound)")
+        if (self.reference is None) != (self.scope != "two-sample"):
+            raise ValueError("a `reference` ('<experiment id>.<name>') exactly when `scope` = 'two-sample'")
+        if self.scope == "two-sample" and not (self.op == ">=" and isinstance(self.bound, float) and
+                                               0.0 < self.bound < 1.0):  # fmt: skip
+            raise ValueError("`op` = '>=' and a level 0 < `bound` < 1 when `scope` = 'two-sample'")
+        return self
+
+
+class ReferenceSample(_Frozen):
+    """Values of ``metric`` measured by the real simulator on the seeds ``seeds[0]..seeds[1]``, per size."""
+
+    metric: str
+    seeds: tuple[int, int]
+    values: dict[int, tuple[float, ...]]
+
+    @model_validator(mode="after")
+    def _one_value_per_seed(self) -> Self:
+        count = self.seeds[1] - self.seeds[0] + 1
+        wrong = {n: len(v) for n, v in self.values.items() if len(v) != count}
+        if count < 2 or wrong:
+            raise ValueError(f"one value per seed of `seeds` ({count}, at least 2) at each size; got {wrong}")
         return self
 
 
@@ -159,6 +199,9 @@ class Experiment(_Frozen):
     # from its gauge frame's initial state u_i(0) = Q(xi_i) x_i(0): by conjugacy the gauge frame
     # follows that flow (for E1, E0's), and ``conjugate_gap`` measures how far it strays
     conjugate: bool = False
+    # the reference samples of the file ([reference.<name>], "<id>.<name>" here) and those its
+    # two-sample rows name in other files
+    reference: dict[str, ReferenceSample] = Field(default_factory=dict)
     expect: tuple[Expectation, ...] = Field(min_length=1)
     source: str = ""
 
@@ -222,6 +265,38 @@ def _check(experiment: Experiment, where: str) -> None:
         unknown = [v for v in expectation.variants or () if v not in names]
         if unknown:
             raise _fail(where, "expect.variants", f"names of [[variants]] ({names})", unknown)
+        if expectation.reference is not None:
+            sample = experiment.reference[expectation.reference]
+            sizes = {*experiment.sizes, *experiment.quick.sizes} & set(expectation.sizes or experiment.sizes)
+            missing = sorted(sizes - set(sample.values))
+            if missing:
+                constraint = f"a sample with values at every size ({missing} missing)"
+                raise _fail(where, "expect.reference", constraint, expectation.reference)
+
+
+def _references(data: dict[str, Any], folder: Path, where: str) -> dict[str, Any]:
+    """The file's own reference samples (``[reference.<name>]``) named ``"<id>.<name>"``, and those of
+    other files of ``folder`` that its two-sample rows name."""
+    own_id, own = data.get("id"), data.get("reference") or {}
+    if not isinstance(own, dict):  # refused by the model, naming the key
+        return own
+    samples = {f"{own_id}.{name}": sample for name, sample in own.items()}
+    for index, row in enumerate(data.get("expect") or ()):
+        name = row.get("reference") if isinstance(row, dict) else None
+        if not isinstance(name, str) or name in samples:
+            continue
+        eid, _, short = name.partition(".")
+        source = folder / f"{eid}.toml"
+        try:
+            with source.open("rb") as handle:
+                other = tomllib.load(handle).get("reference") or {}
+        except (OSError, tomllib.TOMLDecodeError):
+            other = {}
+        if eid == own_id or short not in other:
+            constraint = "'<experiment id>.<name>' of a [reference.<name>] table of that experiment's file"
+            raise _fail(where, f"expect.{index}.reference", constraint, name)
+        samples[name] = other[short]
+    return samples
 
 
 def load_experiment(path: str | Path) -> Experiment:
@@ -235,8 +310,9 @@ def load_experiment(path: str | Path) -> Experiment:
         raise _fail(where, None, "a readable TOML file", error.strerror or str(error)) from None
     except tomllib.TOMLDecodeError as error:
         raise _fail(where, None, "valid TOML", str(error)) from None
+    references = _references(data, path.parent, where)
     try:
-        experiment = Experiment.model_validate({**data, "source": path.name})
+        experiment = Experiment.model_validate({**data, "reference": references, "source": path.name})
     except ValidationError as error:
         first = error.errors()[0]
         key = ".".join(str(part) for part in first["loc"]) or None
@@ -276,7 +352,15 @@ def _aggregate(values: list, scope: str) -> Any:
     return float(reduce(np.asarray(values, dtype=float)))
 
 
-def _evaluate_job(expectation: Expectation, job: Any) -> dict[str, Any]:
+def two_sample_p(values: Sequence[float], reference: Sequence[float]) -> float:
+    """The p-value of the two-sample Kolmogorov–Smirnov test (exact, two-sided) of ``values`` against
+    ``reference`` (ties, as on a grid of saved times, make it conservative)."""
+    from scipy.stats import ks_2samp  # scipy.stats is slow to import: only where a row needs it
+
+    return float(ks_2samp(np.asarray(values, float), np.asarray(reference, float), method="exact").pvalue)
+
+
+def _evaluate_job(expectation: Expectation, job: Any, sample: ReferenceSample | None = None) -> dict:
     label = time_label(expectation.at)
     row = {"n": job.n, "variant": job.variant, "status": "FAIL", "measured": None, "per_seed": {},
            "failing_seeds": []}  # fmt: skip
@@ -298,6 +382,13 @@ def _evaluate_job(expectation: Expectation, job: Any) -> dict[str, Any]:
         ok = [_holds(v, expectation.op, expectation.bound, expectation.tol) for v in measured]
         row["measured"] = int(sum(ok))
         passed = row["measured"] >= expectation.min_count
+    elif expectation.scope == "two-sample":
+        reference = sample.values.get(job.n) if sample is not None else None
+        if reference is None:  # a size of --sizes that the sample does not have
+            return row | {"status": "SKIP", "note": f"no reference sample at n = {job.n}"}
+        missing = any(v is None for v in measured)  # a seed that never reached the value: FAIL
+        row["measured"] = None if missing or not measured else two_sample_p(measured, reference)
+        passed = _holds(row["measured"], expectation.op, expectation.bound, expectation.tol)
     else:
         row["measured"] = _aggregate(measured, expectation.scope)
         passed = _holds(row["measured"], expectation.op, expectation.bound, expectation.tol)
@@ -342,12 +433,15 @@ def evaluate(experiment: Experiment, jobs: Sequence[Any]) -> list[dict[str, Any]
                 "tol": expectation.tol, "scope": expectation.scope}  # fmt: skip
         if expectation.scope == "count":
             head["min_count"] = expectation.min_count
+        if expectation.reference is not None:
+            head["reference"] = expectation.reference
         for variant in experiment.variants:
             if expectation.variants is not None and variant.name not in expectation.variants:
                 continue
             mine = [j for j in jobs if j.variant == variant.name]
             mine = [j for j in mine if expectation.sizes is None or j.n in expectation.sizes]
-            per_size = [head | _evaluate_job(expectation, job) for job in mine]
+            sample = experiment.reference.get(expectation.reference) if expectation.reference else None
+            per_size = [head | _evaluate_job(expectation, job, sample) for job in mine]
             if expectation.across == "each size" or not per_size:
                 rows.extend(per_size)
                 continue
