@@ -15,15 +15,16 @@ keeps the degree), with the Wigner matrices of ``Q``:
   ``l`` by ``(−1)^l``.
 
 RoPE about the third axis, ``Q = R_z(α)``, is the diagonal case: ``a_lm ↦ e^{imα} a_lm``. The
-matrices are made once per run on the host (``O(L lmax³)`` numbers, ``expm`` of ``2l+1``-square
-Hermitian generators); applying them is one product per label and degree.
+matrices are made once per run on the host (``O(L lmax³)`` numbers, by Euler angles
+from one eigendecomposition per degree); applying them is one product per label and degree.
 """
 
 from __future__ import annotations
 
+import warnings
+
 import jax.numpy as jnp
 import numpy as np
-import scipy.linalg
 from scipy.spatial.transform import Rotation
 
 from attnflow.core.gauges import check_orthogonal
@@ -31,31 +32,41 @@ from attnflow.core.gauges import check_orthogonal
 __all__ = ["rotate_coefficients", "wigner_blocks"]
 
 
-def _generators(degree: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(J_x, J_y, J_z)`` on degree ``degree``, rows and columns ordered ``m = −l … l``."""
+def _jy(degree: int) -> np.ndarray:
+    """``J_y = (J_+ − J_−)/2i`` on degree ``degree``, rows and columns ordered ``m = −l … l``."""
     m = np.arange(-degree, degree + 1, dtype=np.float64)
     raise_ = np.diag(np.sqrt((degree - m[1:] + 1.0) * (degree + m[1:])), k=-1)  # (J_+)_{m, m−1}
-    lower = raise_.T
-    return 0.5 * (raise_ + lower), -0.5j * (raise_ - lower), np.diag(m)
+    return -0.5j * (raise_ - raise_.T)
 
 
 def wigner_blocks(q, lmax: int) -> np.ndarray:
     """``D (L, lmax+1 [l], lmax+1 [m ≥ 0], 2 lmax + 1 [m' + lmax])`` complex: the coefficients of
     ``g_ξ ∘ Q(ξ)`` are ``Σ_{m'} D[ξ, l, m, m'] a_{l m'}(ξ)`` (``m'`` from ``−l`` to ``l``; zero columns
-    past ``|m'| > l``) for per-label orthogonal ``q (L, 3, 3)``."""
+    past ``|m'| > l``) for per-label orthogonal ``q (L, 3, 3)``.
+
+    ``Q ↦ (g ↦ g ∘ Q)`` is a representation of ``M = Qᵀ``, so the Euler angles ``M = R_z(α) R_y(β)
+    R_z(γ)`` give ``e^{−iαJ_z} d(β) e^{−iγJ_z}``, with ``d(β) = exp(−iβJ_y) = V e^{−iβΛ} V^H`` from one
+    eigendecomposition ``J_y = V Λ V^H`` per degree (its eigenvalues are ``−l … l``): a product per
+    label and degree instead of a matrix exponential."""
     q = check_orthogonal(np.asarray(q, dtype=np.float64), name="density gauge")
-    if q.ndim != 3 or q.shape[1:] != (3, 3):
+    if q.shape[1:] != (3, 3):
         raise ValueError(f"density gauge: matrices must be 3 × 3 on the sphere; got shape {q.shape}.")
     sign = np.sign(np.linalg.det(q))
-    rotvec = Rotation.from_matrix(np.transpose(sign[:, None, None] * q, (0, 2, 1))).as_rotvec()
+    turns = np.transpose(sign[:, None, None] * q, (0, 2, 1))  # M = Rᵀ for Q = ±R
+    with warnings.catch_warnings():  # β = 0 or π (RoPE about the third axis): any split of α + γ is exact
+        warnings.filterwarnings("ignore", message="Gimbal lock", category=UserWarning)
+        alpha, beta, gamma = Rotation.from_matrix(turns).as_euler("ZYZ").T
     size = lmax + 1
     blocks = np.zeros((q.shape[0], size, size, 2 * lmax + 1), dtype=np.complex128)
     for degree in range(size):
-        jx, jy, jz = _generators(degree)
-        for label, (vector, det) in enumerate(zip(rotvec, sign, strict=True)):
-            generator = vector[0] * jx + vector[1] * jy + vector[2] * jz
-            d = scipy.linalg.expm(-1j * generator) * (det**degree)
-            blocks[label, degree, : degree + 1, lmax - degree : lmax + degree + 1] = d[degree:]
+        eigenvalues, v = np.linalg.eigh(_jy(degree))
+        m = np.arange(-degree, degree + 1)
+        turn_beta = v[degree:] * np.exp(-1j * np.outer(beta, eigenvalues))[:, None, :]  # (L, m ≥ 0, j)
+        d = turn_beta @ v.conj().T  # rows m ≥ 0 of d(β)
+        d *= np.exp(-1j * np.outer(alpha, m[degree:]))[:, :, None]
+        d *= np.exp(-1j * np.outer(gamma, m))[:, None, :]
+        parity = (sign**degree)[:, None, None]
+        blocks[:, degree, : degree + 1, lmax - degree : lmax + degree + 1] = parity * d
     return blocks
 
 
