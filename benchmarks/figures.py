@@ -21,9 +21,11 @@ line's own code), with the drawing wrapped to add up the process CPU time spent 
 Targets (issue 28, item 10): at most a fifth for a run, at most a quarter for the report.
 
 ``python benchmarks/figures.py`` (about 3 min on 2 cores) prints the numbers; ``--write`` also puts
-them in ``benchmarks/RESULTS.md`` (its ``figures`` section, replaced on each write). ``--json PATH``
-keeps the raw numbers; ``--before PATH --before-label TEXT`` adds those of an earlier run (another
-tree's figures, say: run this script from a copy of the tree with ``PYTHONPATH`` on its ``src``).
+them in ``benchmarks/RESULTS.md`` (its ``figures`` section, replaced on each write by
+``engine.replace_section``). ``--json PATH`` keeps the raw numbers, ``--from PATH`` writes the
+section of such saved numbers without measuring; ``--before PATH --before-label TEXT`` adds those
+of an earlier run (another tree's figures, say: run this script from a copy of the tree with
+``PYTHONPATH`` on its ``src``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from engine import replace_section  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_CONFIG = ROOT / "examples" / "rope.toml"
@@ -206,17 +211,6 @@ def section(result: dict, before: dict | None = None, before_label: str = "an ea
     return "\n".join(lines) + "\n"
 
 
-def write_section(text: str, path: Path) -> None:
-    """Replace this benchmark's section of ``path`` with ``text`` (append it the first time)."""
-    old = path.read_text()
-    if BEGIN in old and END in old:
-        head, rest = old.split(BEGIN, 1)
-        new = head + text.rstrip("\n") + rest.split(END, 1)[1]
-    else:
-        new = old.rstrip("\n") + "\n\n" + text
-    path.write_text(new)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="measured runs (after one warm-up)")
@@ -226,19 +220,20 @@ def main() -> None:
     parser.add_argument("--before-label", default="an earlier run", help="what the earlier run measured")
     parser.add_argument("--child", choices=("run", "report"), help=argparse.SUPPRESS)
     parser.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--from", dest="source", type=Path, help="saved raw numbers (--json): no measuring")
     args = parser.parse_args()
     if args.child:
         measured = child_run(args.child_out) if args.child == "run" else child_report(args.child_out)
         print(json.dumps(measured))
         return
     before = json.loads(args.before.read_text()) if args.before else None
-    result = measure(args.runs)
+    result = json.loads(args.source.read_text()) if args.source else measure(args.runs)
     text = section(result, before, args.before_label)
     print(text)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     if args.write:
-        write_section(text, ROOT / "benchmarks" / "RESULTS.md")
+        replace_section(ROOT / "benchmarks" / "RESULTS.md", BEGIN, END, text.rstrip("\n"))
 
 
 if __name__ == "__main__":
