@@ -153,6 +153,7 @@ def test_the_raw_xarray_view_round_trips_through_netcdf(tmp_path):
     _write(path, 4, gauge=_rotations(N), attrs={"config": config, "attnflow_version": "0.1.0"})
     ds = xr.open_zarr(path).isel(t=slice(0, 4))
     assert "xi" in ds.coords and ds.xi.dims == ("token",)  # the label is a coordinate of token
+    assert ds.xi.attrs["long_name"] == "token positions i (frozen labels)"  # named by aux.kind
     assert ds.attrs["Conventions"].startswith("CF-") and ds.attrs["source"].startswith("attnflow ")
     assert "rescaled time" in ds.attrs["time_convention"] and ds.attrs["history"]
     netcdf = tmp_path / "x.nc"
@@ -166,6 +167,21 @@ def test_the_raw_xarray_view_round_trips_through_netcdf(tmp_path):
     # attnflow's own readers decode the JSON attribute: the config comes back as a dict
     assert read_trajectory(path).attrs == {"config": config, "attnflow_version": "0.1.0"}
     assert open_dataset(path).attrs["config"] == config
+
+
+@pytest.mark.parametrize(
+    ("config", "name"),
+    [
+        ({"aux": {"kind": "prompts"}}, "prompt ids (frozen labels)"),
+        ({"aux": {"kind": "none"}}, "frozen token labels"),
+        (None, "frozen token labels"),
+    ],
+)
+def test_the_labels_long_name_says_what_they_are(tmp_path, config, name):
+    path = tmp_path / "trajectory.zarr"
+    _write(path, 1, attrs={} if config is None else {"config": config})
+    ds = xr.open_zarr(path)
+    assert ds.xi.attrs["long_name"] == name and "xi" in ds.coords
 
 
 def test_a_store_written_before_the_netcdf_conventions_reads_unchanged(tmp_path):

@@ -31,7 +31,8 @@ NetCDF conventions, so that ``xarray.open_zarr(path).to_netcdf("run.nc")`` works
 group attributes are numbers and strings only: a nested value given to the writer (the resolved
 ``config``) is stored as a JSON string, and the attribute ``json_attrs`` names those keys
 (:func:`read_trajectory` and :func:`open_dataset` decode them; ``json.loads(ds.attrs["config"])``
-does it by hand on the raw xarray view). The labels ``xi`` are a coordinate of ``token`` (the
+does it by hand on the raw xarray view). The labels ``xi`` (positions, prompt ids: its
+``long_name`` says which, from the config's ``aux.kind``) are a coordinate of ``token`` (the
 CF ``coordinates`` attribute of ``x``), and the group carries CF-style global attributes:
 ``Conventions``, ``title``, ``source`` (attnflow and its version), ``history`` (when it was
 written) and, where the config gives it, ``time_convention`` (plain time, or the rescaled time
@@ -137,6 +138,12 @@ _DTYPES = ("float64", "float32")
 _RESERVED_ATTRS = ("status", "n_snapshots")
 # Group attributes the store writes about itself (not part of the attrs given to the writer).
 _STORE_ATTRS = ("Conventions", "title", "source", "history", "time_convention", "json_attrs")
+# ``xi``'s long_name by the config's ``aux.kind`` (the default: "frozen token labels")
+_LABEL_NAMES = {
+    "positions": "token positions i (frozen labels)",
+    "prompts": "prompt ids (frozen labels)",
+    "file": "frozen token labels (read from a file)",
+}
 _TIME_CONVENTIONS = {
     "plain": "plain time t (time scale c = 1)",
     "rescaled": "rescaled time (time scale c = exp(-beta)): a time t here is t exp(beta) in plain time",
@@ -688,6 +695,14 @@ def _group_attributes(attrs: dict[str, Any]) -> dict[str, Any]:
 # --- creation ------------------------------------------------------------------------------------
 
 
+def _label_attributes(config) -> dict[str, str]:
+    """``xi``'s attributes, its long_name naming the config's kind of label (positions, prompt
+    ids) when the config gives one."""
+    aux = config.get("aux") if isinstance(config, dict) else None
+    kind = aux.get("kind") if isinstance(aux, dict) else None
+    return {**_ARRAY_ATTRS["xi"], **({"long_name": _LABEL_NAMES[kind]} if kind in _LABEL_NAMES else {})}
+
+
 def _create_store(
     path: Path,
     *,
@@ -742,7 +757,7 @@ def _create_store(
         dtype=xi.dtype,
         dimension_names=xi_dims,
         compressors=_codecs(),
-        attributes=_ARRAY_ATTRS["xi"],
+        attributes=_label_attributes(attrs.get("config")),
     )
     xi_array[...] = xi
     if gauge is not None:
