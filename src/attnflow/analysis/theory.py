@@ -260,6 +260,14 @@ def equiangular_rho(
     return solution.y[0]
 
 
+def equiangular_energy(rho, *, n: int, beta: float, c: float = 1.0):
+    """The energy ``E = (1/(2n²)) Σ_ij φ(⟨x_i, x_j⟩)``, ``φ(s) = (c/β) e^{βs}``, of ``n`` tokens whose
+    pairwise cosines all equal ``rho``: ``(c/(2βn)) (e^β + (n − 1) e^{βρ})`` (``Q = I``, ``w = 1``; for
+    the softmax too, whose flow is not this energy's gradient flow)."""
+    rho = np.asarray(rho, dtype=np.float64)
+    return c / (2.0 * beta * n) * (np.exp(beta) + (n - 1) * np.exp(beta * rho))
+
+
 LAYER_NORMS = ("post", "pre", "peri", "ngpt")
 
 
@@ -696,6 +704,7 @@ __all__ = [
     "dirac_energy",
     "energy_max",
     "first_token_rate",
+    "equiangular_energy",
     "equiangular_layer_norm",
     "equiangular_layer_norm_rates",
     "equiangular_orbit_residual",

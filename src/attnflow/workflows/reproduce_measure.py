@@ -280,7 +280,7 @@ def measure(
     layer, axis = is_layer(sim.field), _qk_axis(sim.field)
     w = np.asarray(kernel.factor.dense(), dtype=np.float64) if not heads else None
     theory = theory_values(sim, w, ts, mean_cos, gauge_mean_cos, xs, us, experiment, axis=axis, norm=norm,
-                           radii=radii)  # fmt: skip
+                           radii=radii, energies=None if heads else energies)  # fmt: skip
     if conjugate is not None:  # NaN (a run that stopped early) stays NaN: the row then fails
         gaps = np.max(np.linalg.norm(us - conjugate, axis=-1), axis=(0, 2))
     indices = _time_indices(ts, experiment.report_times)

@@ -52,6 +52,8 @@ THEORY_METRICS = {
     "equiangular_error": "|mean cosine(t) - rho(t)| of the gauge frame (the content without a gauge), rho "
     "the equiangular reduction's ODE from the measured rho(0) (attnflow.analysis.theory.equiangular_rho; "
     "under a layer norm, or with a gauge, equiangular_layer_norm); equiangular data, w = 1, gradient value",
+    "equiangular_energy_error": "|E(t)/E_ODE(t) - 1|, E the measured energy and E_ODE the energy of "
+    "equiangular tokens at the ODE's rho(t) (attnflow.analysis.theory.equiangular_energy); no gauge, post-LN",
     "equiangular_spread": "max_{i != j} |<u_i, u_j> - mean cosine| of the gauge frame u: how far it is "
     "from equiangular",
     "equiangular_radius_error": "max_i |r_i(t)/r(t) - 1|, r_i the radii of pre- and peri-LN tokens and r(t) "
@@ -108,10 +110,11 @@ def realisation_rate_ratio(ts, us, *, beta: float, c: float) -> float | None:
     return fitted / slowest
 
 
-def _equiangular_values(ts, mean_cos, gauge_mean_cos, us, radii, *, kind: str, alpha: float, gauged: bool,
-                        **options) -> dict[str, Any]:  # fmt: skip
+def _equiangular_values(ts, mean_cos, gauge_mean_cos, us, radii, energies, *, kind: str, alpha: float,
+                        gauged: bool, **options) -> dict[str, Any]:  # fmt: skip
     """The equiangular values of one seed (cosines ``(T,)``, gauge frame ``us (T, n, d)``, radii
-    ``(T, n)`` or None): without a gauge and a layer norm, E14's ODE (``equiangular_rho``); else the
+    ``(T, n)`` or None, energies ``(T,)`` or None): without a gauge and a layer norm, E14's ODE
+    (``equiangular_rho``) and the energy at its ``ρ(t)`` (``equiangular_energy``); else the
     reduction under the norm in the gauge frame (conjugate to the gauge-free flow under every norm,
     for the gradient value: ``equiangular_layer_norm``), the radii's error and the orbit's."""
     from attnflow.analysis import theory
@@ -131,6 +134,9 @@ def _equiangular_values(ts, mean_cos, gauge_mean_cos, us, radii, *, kind: str, a
     }
     if radii is not None:
         values["equiangular_radius_error"] = np.max(np.abs(radii / radius[:, None] - 1.0), axis=1)
+    if kind == "post" and not gauged and energies is not None:
+        closed = theory.equiangular_energy(rho, n=n, beta=options["beta"], c=options["c"])
+        values["equiangular_energy_error"] = np.abs(energies / closed - 1.0)
     if gauged:
         centre = np.sum(us, axis=1)
         centre /= np.linalg.norm(centre, axis=-1, keepdims=True)
@@ -166,14 +172,15 @@ def _is_layer(field) -> bool:
 
 
 def theory_values(sim: Simulation, w: np.ndarray | None, ts, mean_cos, gauge_mean_cos, xs, us,
-                  experiment: Experiment, *, axis=None, norm=None,
-                  radii=None) -> list[dict[str, Any]]:  # fmt: skip
+                  experiment: Experiment, *, axis=None, norm=None, radii=None,
+                  energies=None) -> list[dict[str, Any]]:  # fmt: skip
     """:data:`THEORY_METRICS` of each seed (the same at every report time, except the equiangular
     values and the second token's error, ``(T,)`` per seed): ``w`` the factor matrix (None for heads),
     cosines ``(T, B)``, ``xs`` and the gauge frames ``us (T, B, n, d)``, ``axis`` the first head's
     logit axis (the top eigenvector of sym(W_Qᵀ W_K)); ``norm`` the layer norm the field ran under
     (a :class:`~attnflow.numerics.layer_norms.LayerNormField`, ``sim.field`` its layer; None: post-LN)
-    and ``radii (T, B, n)`` its tokens' radii (pre, peri)."""
+    and ``radii (T, B, n)`` its tokens' radii (pre, peri); ``energies (T, B)`` the measured energies
+    (None: no energy row)."""
     from attnflow.analysis import theory
 
     field = sim.field
@@ -259,7 +266,9 @@ def theory_values(sim: Simulation, w: np.ndarray | None, ts, mean_cos, gauge_mea
     if init == "equiangular" and flat and not _is_layer(field) and profile.kind == "exp":
         for b in range(count):
             radii_b = None if radii is None else radii[:, b]
-            blank[b] |= _equiangular_values(ts, mean_cos[:, b], gauge_mean_cos[:, b], us[:, b], radii_b,
+            energies_b = None if energies is None else energies[:, b]
+            series = (mean_cos[:, b], gauge_mean_cos[:, b], us[:, b], radii_b, energies_b)
+            blank[b] |= _equiangular_values(ts, *series,
                                             kind=kind, alpha=alpha, gauged=gauged, beta=beta, c=c,
                                             normalization=field.normalization)  # fmt: skip
     return blank
