@@ -8,6 +8,12 @@ methods are the particles' (``attnflow.numerics.integrators``) with the identity
 whose state leaves the reals stops with status ``nonfinite``). What a density adds is its
 resolution status (``DensityStatus``), checked at each snapshot: from the first snapshot that is not
 ``ok`` on, the run is frozen at its last resolved law.
+
+``integrate`` is a pure function (``jit``, ``vmap``; a run folder's one-snapshot program). The
+particles' orchestration takes a density as it is: ``solve(field, state, integrator=RK4(retraction=
+"none"), dt=..., t_end=..., save_every=..., check=run_status)`` (``attnflow.numerics.solve``: fixed
+or adaptive steps, a batch of states with ``batch=True``, snapshots streamed), :func:`run_status`
+being the resolution status in the particles' codes.
 """
 
 from __future__ import annotations
@@ -16,13 +22,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from attnflow.numerics import density_circle, density_sphere
 from attnflow.numerics.density_circle import DensityStatus
 from attnflow.numerics.integrators import Integrator
 from attnflow.numerics.saving import SaveAt
 from attnflow.numerics.solve import Problem, advance
+from attnflow.numerics.status import Status
 from attnflow.numerics.steps import ConstantSteps, time_dtype
 
-__all__ = ["integrate"]
+__all__ = ["integrate", "run_status"]
 
 _OK, _NONFINITE = DensityStatus.ok.code, DensityStatus.nonfinite.code
 
@@ -72,3 +80,15 @@ def integrate(
     codes = jnp.concatenate([code0[None], codes])
     ts = save_every * jnp.arange(snapshots + 1)
     return ts, states, codes
+
+
+# DensityStatus code -> Status code (by name: the density's under_resolved is 2, the particles' 3)
+_AS_STATUS = np.asarray([Status(member.value).code for member in DensityStatus], np.int32)
+
+
+def run_status(field, state) -> jax.Array:
+    """The resolution status of a density ``state`` (:func:`density_circle.status_code` or
+    :func:`density_sphere.status_code`) as a :class:`attnflow.numerics.status.Status` code: the
+    ``check`` that ``solve`` takes for a density."""
+    module = density_circle if isinstance(field, density_circle.CircleDensityField) else density_sphere
+    return jnp.asarray(_AS_STATUS)[module.status_code(field, state)]

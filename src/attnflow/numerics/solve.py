@@ -23,6 +23,12 @@ once per step), one call ahead of the one being read (the consumer's work, e.g. 
 the computation; the status codes travel with the snapshots: one host synchronisation per call),
 and stops when no run is ``ok``.
 
+The state is any pytree of arrays: particles ``(n, d)``, or a density's grid values or harmonic
+coefficients (``attnflow.numerics.density_solve``; the method with ``retraction="none"``, and
+``check``, the density's resolution status, ending a run at its last resolved snapshot). Nothing
+here is the particles' own but two defaults: an array ``(B, n, d)`` is a batch (any other state
+says so with ``batch=True``) and the calls are sized by ``n²`` pairs (other states: by their size).
+
 Batches ``x0 (B, n, d)`` (seeds; run ``b`` draws its noise from ``split(key, B)[b]``) run where the
 placement (:mod:`attnflow.numerics.placement`) puts them: one ``vmap`` on an accelerator; on a CPU
 each run is the unbatched program (``lax.map``), so bitwise a single run, and with more than one
@@ -63,7 +69,7 @@ from attnflow.numerics.dynamics import VectorField
 from attnflow.numerics.integrators import Integrator
 from attnflow.numerics.saving import SaveAt, snapshot_count, snapshot_group
 from attnflow.numerics.status import Status
-from attnflow.numerics.steps import AdaptiveSteps, ConstantSteps, PIController, StepPolicy
+from attnflow.numerics.steps import AdaptiveSteps, ConstantSteps, PIController, StepPolicy, time_dtype
 
 __all__ = [
     "AdaptiveSteps",
@@ -152,11 +158,15 @@ class SolveStatistics(_RunRecord):
 class Problem:
     """Everything a run is, but its initial state and key: picklable when the field is."""
 
-    field: Any  # VectorField, or a stochastic field ``field(x, key)``
+    field: Any  # VectorField, or a stochastic field ``field(x, key)``, or a density's field
     method: Integrator
     stepsize: StepPolicy
     saveat: SaveAt
     noise: float = 0.0
+    # ``check(field, state) -> Status code`` at each snapshot a run reaches ``ok`` (a density's
+    # resolution: ``density_circle.run_status``); one that is not ``ok`` ends the run there. None:
+    # the step's own status only (particles)
+    check: Callable | None = None
 
 
 Carry = tuple  # (x, key, step-policy state, status code)
@@ -178,6 +188,8 @@ def advance(problem: Problem, carry: Carry, t_targets: jax.Array) -> tuple[Carry
         x_new, key_new, state_new, stats, code_new = problem.stepsize.advance(
             problem.method, problem.field, x, key, state, t_target, active=active, **options
         )
+        if problem.check is not None:
+            code_new = jnp.where(code_new == _OK, problem.check(problem.field, x_new), code_new)
         keep = lambda new, old: jnp.where(active, new, old)  # noqa: E731
         carry = jax.tree.map(keep, (x_new, key_new, state_new, code_new), (x, key, state, code))
         return carry, (carry[0], carry[3], jnp.where(active, stats, 0).astype(jnp.int32))
@@ -185,10 +197,30 @@ def advance(problem: Problem, carry: Carry, t_targets: jax.Array) -> tuple[Carry
     return jax.lax.scan(chunk, carry, t_targets)
 
 
-def _start(problem: Problem, x0: jax.Array, keys: jax.Array) -> Carry:
-    if x0.ndim == 3:  # a batch: one policy state and one status per run
+def _is_batch(x0, batch: bool | None) -> bool:
+    """Whether ``x0``'s leaves carry a leading axis of runs: ``batch``, or (None) an array of
+    particle states ``(B, n, d)``."""
+    if batch is None:
+        return isinstance(x0, jax.Array | np.ndarray) and x0.ndim == 3
+    return bool(batch)
+
+
+def _runs(x0, batched: bool) -> int:
+    return jax.tree.leaves(x0)[0].shape[0] if batched else 1
+
+
+def _work_per_evaluation(x0, batched: bool) -> int:
+    """What one field evaluation of one run costs, to size the compiled calls: ``n²`` pairs for
+    particles ``(n, d)``, the number of values for any other state (a density's grid or coefficients)."""
+    if isinstance(x0, jax.Array | np.ndarray) and x0.ndim == 2 + batched:
+        return x0.shape[-2] ** 2
+    return sum(leaf.size for leaf in jax.tree.leaves(x0)) // _runs(x0, batched)
+
+
+def _start(problem: Problem, x0, keys: jax.Array, batched: bool) -> Carry:
+    if batched:  # one policy state and one status per run
         state = jax.vmap(lambda x: problem.stepsize.init(problem.method, x))(x0)
-        return x0, keys, state, np.zeros(x0.shape[:1], np.int32)
+        return x0, keys, state, np.zeros((_runs(x0, batched),), np.int32)
     state = problem.stepsize.init(problem.method, x0)
     return x0, keys, state, np.zeros((), np.int32)
 
@@ -196,17 +228,18 @@ def _start(problem: Problem, x0: jax.Array, keys: jax.Array) -> Carry:
 def _flatten_problem(problem: Problem):
     """Children: the field's arrays (``program_cache.split_field``), the step policy (its ``dt`` or
     tolerances) and the snapshot times (``t_end``, ``save_every``); static: the field's structure,
-    the method and the noise."""
+    the method, the noise and the check."""
     structure, leaves = program_cache.split_field(problem.field)
-    return (leaves, problem.stepsize, problem.saveat), (structure, problem.method, problem.noise)
+    static = (structure, problem.method, problem.noise, problem.check)
+    return (leaves, problem.stepsize, problem.saveat), static
 
 
 def _unflatten_problem(static, children) -> Problem:
-    (structure, method, noise), (leaves, stepsize, saveat) = static, children
+    (structure, method, noise, check), (leaves, stepsize, saveat) = static, children
     problem = object.__new__(Problem)  # no validation of traced numbers (as JAX's own dataclasses)
     for name, value in zip(
-        ("field", "method", "stepsize", "saveat", "noise"),
-        (program_cache.join_field(structure, leaves), method, stepsize, saveat, noise),
+        ("field", "method", "stepsize", "saveat", "noise", "check"),
+        (program_cache.join_field(structure, leaves), method, stepsize, saveat, noise, check),
         strict=True,
     ):
         object.__setattr__(problem, name, value)
@@ -257,25 +290,25 @@ def integrate(
     span = int(steps) * dt
     problem = Problem(field, integrator, ConstantSteps(dt), SaveAt(span, span), noise)
     key = jax.random.key(0) if key is None else key
-    carry, _ = advance(problem, _start(problem, x0, key), jnp.asarray([span], x0.dtype))
+    carry, _ = advance(problem, _start(problem, x0, key, False), jnp.asarray([span], time_dtype(x0)))
     return carry[0]
 
 
-def _run(problem: Problem, x0: jax.Array, keys: jax.Array, on_snapshots: SnapshotSink):
+def _run(problem: Problem, x0, keys: jax.Array, on_snapshots: SnapshotSink, batched: bool):
     """The orchestration in this process: hands each block of snapshots to ``on_snapshots`` as it is
     fetched and keeps none; returns ``(codes, stats (runs, 3), compile_time_s, snapshots)``."""
-    saveat, batched = problem.saveat, x0.ndim == 3
-    n, runs = x0.shape[-2], (x0.shape[0] if batched else 1)
+    saveat, runs = problem.saveat, _runs(x0, batched)
     stages = problem.stepsize.evaluations_per_save(problem.method, saveat.save_every)
-    group = saveat.group(None if stages is None else stages * runs * n * n)
-    codes, stats = np.zeros(x0.shape[:1] if batched else (), np.int32), np.zeros((runs, 3), np.int64)
-    on_snapshots(np.zeros(1), np.asarray(x0)[None])
+    group = saveat.group(None if stages is None else stages * runs * _work_per_evaluation(x0, batched))
+    codes, stats = np.zeros((runs,) if batched else (), np.int32), np.zeros((runs, 3), np.int64)
+    on_snapshots(np.zeros(1), jax.tree.map(lambda leaf: np.asarray(leaf)[None], x0))
     delivered = 1
+    real = time_dtype(x0)
 
     def times(call: int) -> np.ndarray:  # made on the host: no program
-        return np.asarray([saveat.time(call * group + j + 1) for j in range(group)], x0.dtype)
+        return np.asarray([saveat.time(call * group + j + 1) for j in range(group)], real)
 
-    carry = _start(problem, x0, keys)
+    carry = _start(problem, x0, keys, batched)
     program = partial(_program, problem, batched, placement.current().vmap_batches)
     with program_cache.compile_clock() as clock:
         out = program(carry, times(0))  # compiles (or finds) the program, then dispatches the call
@@ -285,7 +318,7 @@ def _run(problem: Problem, x0: jax.Array, keys: jax.Array, on_snapshots: Snapsho
         following = program(out[0], times(call + 1)) if call + 1 < n_calls else None  # one call ahead
         fetched = jax.device_get(out[1])
         if batched:  # (B, G, ...) -> (G, B, ...)
-            fetched = tuple(np.moveaxis(a, 1, 0) for a in fetched)
+            fetched = jax.tree.map(lambda a: np.moveaxis(a, 1, 0), fetched)
         group_xs, group_codes, group_stats = fetched
         alive = group_codes == _OK  # (G,) or (G, B)
         ended = ~alive.reshape(group, -1).any(axis=1)  # snapshots at which no run is ok any more
@@ -294,9 +327,7 @@ def _run(problem: Problem, x0: jax.Array, keys: jax.Array, on_snapshots: Snapsho
         stats = stats + group_stats[:counted].reshape(counted, runs, 3).sum(axis=0)
         codes = group_codes[counted - 1]
         if kept:
-            block = group_xs[:kept]
-            if batched:  # a stopped run's later snapshots are NaN
-                block = np.where(alive[:kept, :, None, None], block, np.asarray(np.nan, block.dtype))
+            block = _first_snapshots(group_xs, kept, alive[:kept] if batched else None)
             ks = call * group + 1 + np.arange(kept)
             on_snapshots(np.asarray([saveat.time(int(k)) for k in ks]), block)
             delivered += kept
@@ -304,6 +335,19 @@ def _run(problem: Problem, x0: jax.Array, keys: jax.Array, on_snapshots: Snapsho
             break
         out = following
     return codes, stats, compile_time, delivered
+
+
+def _first_snapshots(xs, kept: int, alive: np.ndarray | None):
+    """The first ``kept`` snapshots of every leaf of ``xs (G, ...)``; of a batch ``(G, B, ...)``
+    (``alive (kept, B)``: whether each run was still ``ok``), a stopped run's are NaN."""
+
+    def first(leaf: np.ndarray) -> np.ndarray:
+        if alive is None:
+            return leaf[:kept]
+        mask = alive.reshape(alive.shape + (1,) * (leaf.ndim - alive.ndim))
+        return np.where(mask, leaf[:kept], np.asarray(np.nan, leaf.dtype))
+
+    return jax.tree.map(first, xs)
 
 
 class _Collector:
@@ -322,22 +366,23 @@ class _Collector:
             for j, t in enumerate(ts):
                 self.then(start + j, float(t), xs[j])
 
-    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        return np.concatenate(self.ts), np.concatenate(self.xs)
+    def arrays(self):
+        """``(ts, xs)``: the times and every leaf of the state stacked over the snapshots."""
+        return np.concatenate(self.ts), jax.tree.map(lambda *blocks: np.concatenate(blocks), *self.xs)
 
 
-def _run_share(problem: Problem, x0: np.ndarray, keys: jax.Array):
+def _run_share(problem: Problem, x0, keys: jax.Array):
     """A worker process's task: its share of a batch, solved as in ``_run``: ``(ts, xs, codes,
     stats, compile_time_s)``."""
     collector = _Collector()
-    codes, stats, compile_time, _ = _run(problem, jnp.asarray(x0), keys, collector)
+    codes, stats, compile_time, _ = _run(problem, jax.tree.map(jnp.asarray, x0), keys, collector, True)
     return (*collector.arrays(), codes, stats, compile_time)
 
 
-def _processes(problem: Problem, x0: jax.Array, workers: int | None) -> int:
+def _processes(problem: Problem, x0, workers: int | None) -> int:
     """Worker processes for a batch: 1 (this process) on accelerators or for a field that does not
     pickle (unless ``workers`` asks for more: then an error)."""
-    count = batch.worker_count(x0.shape[0], workers)
+    count = batch.worker_count(_runs(x0, True), workers)
     if count == 1 or not placement.current().worker_processes:
         return 1
     try:
@@ -357,10 +402,11 @@ class SeedWorkerDied(BrokenProcessPool):
     batch has no result. A failure of the machine, not of the input; the message is one line."""
 
 
-def _run_in_processes(problem: Problem, x0: jax.Array, keys: jax.Array, count: int):
-    shares = np.array_split(np.arange(x0.shape[0]), count)
-    host = np.asarray(x0)
-    tasks = [(problem, host[rows], keys[rows]) for rows in shares]
+def _run_in_processes(problem: Problem, x0, keys: jax.Array, count: int):
+    runs = _runs(x0, True)
+    shares = np.array_split(np.arange(runs), count)
+    host = jax.tree.map(np.asarray, x0)
+    tasks = [(problem, jax.tree.map(lambda leaf, r=rows: leaf[r], host), keys[rows]) for rows in shares]
     parts = [None] * count
     try:
         for index, part in batch.run_tasks(_run_share, tasks, workers=count):
@@ -369,7 +415,7 @@ def _run_in_processes(problem: Problem, x0: jax.Array, keys: jax.Array, count: i
         lost = ", ".join(f"{r[0]}-{r[-1]}" for r, part in zip(shares, parts, strict=True) if part is None)
         raise SeedWorkerDied(
             f"solve: a seed worker process died (killed, or out of memory) before returning seeds "
-            f"{lost} of {x0.shape[0]}, so the batch has no result; rerun it, with workers=1 to solve "
+            f"{lost} of {runs}, so the batch has no result; rerun it, with workers=1 to solve "
             "it in this process or fewer seeds per process."
         ) from None
     ts = max((p[0] for p in parts), key=len)
@@ -377,7 +423,9 @@ def _run_in_processes(problem: Problem, x0: jax.Array, keys: jax.Array, count: i
     def padded(xs):  # a share that stopped early: NaN snapshots, like a stopped run in one process
         return np.concatenate([xs, np.full((len(ts) - len(xs), *xs.shape[1:]), np.nan, xs.dtype)])
 
-    xs = np.concatenate([padded(p[1]) for p in parts], axis=1)
+    xs = jax.tree.map(
+        lambda *shares: np.concatenate([padded(x) for x in shares], axis=1), *(p[1] for p in parts)
+    )
     codes = np.concatenate([p[2] for p in parts])
     return ts, xs, codes, np.concatenate([p[3] for p in parts]), max(p[4] for p in parts)
 
@@ -399,6 +447,8 @@ def solve_streaming(
     workers: int | None = None,
     saveat: SaveAt | None = None,
     stepsize: StepPolicy | None = None,
+    batch: bool | None = None,
+    check: Callable | None = None,
 ) -> SolveStatistics:
     """``solve`` without keeping the snapshots: each block ``(ts (G,), xs (G, n, d))`` (or
     ``(G, B, n, d)`` for a batch) goes to ``on_snapshots`` as soon as it is computed, in order, the
@@ -422,13 +472,13 @@ def solve_streaming(
                 f"solve: `max_steps` = {max_steps} is fewer than the {needed} fixed steps of dt = "
                 f"{stepsize.dt!r} to t_end = {saveat.t_end!r}: raise it, or take longer steps."
             )
-    problem = Problem(field, integrator, stepsize, saveat, noise)
+    problem = Problem(field, integrator, stepsize, saveat, noise, check)
     key = jax.random.key(0) if key is None else key
-    batched = x0.ndim == 3
-    keys = jax.random.split(key, x0.shape[0]) if batched else key
+    batched = _is_batch(x0, batch)
+    keys = jax.random.split(key, _runs(x0, batched)) if batched else key
     count = _processes(problem, x0, workers) if batched else 1
     if count == 1:
-        codes, stats, compile_time, snapshots = _run(problem, x0, keys, on_snapshots)
+        codes, stats, compile_time, snapshots = _run(problem, x0, keys, on_snapshots, batched)
     else:
         ts, xs, codes, stats, compile_time = _run_in_processes(problem, x0, keys, count)
         on_snapshots(ts, xs)
@@ -458,6 +508,8 @@ def solve(
     workers: int | None = None,
     saveat: SaveAt | None = None,
     stepsize: StepPolicy | None = None,
+    batch: bool | None = None,
+    check: Callable | None = None,
 ) -> Trajectory:
     """Integrate ``dx/dt = field(x)`` from ``x0`` (``(n, d)``, or a batch ``(B, n, d)``) and store
     snapshots every ``save_every`` up to ``t_end``.
@@ -472,6 +524,14 @@ def solve(
     ``workers``: processes for a CPU batch (None: one per available core, at most one per run;
     1: in this process); results do not depend on it (bitwise).
 
+    The state may be any pytree of arrays (a density: ``density_circle.CircleDensity``, with the
+    method's ``retraction="none"``); ``xs`` then has its structure, every leaf stacked over the
+    snapshots. ``batch``: whether its leaves carry a leading axis of runs (None: an array
+    ``(B, n, d)`` of particle states is a batch, anything else one run). ``check(field, x)``: a
+    ``Status`` code checked at each snapshot (a density's resolution: ``run_status`` of
+    ``density_circle`` or ``density_sphere``); the first that is not ``ok`` ends the run there, as a
+    non-finite state does.
+
     The returned ``Trajectory`` holds every snapshot in memory (``T n d`` numbers, and once more
     while they are stacked). For runs whose snapshots do not fit, or should not be held,
     ``solve_streaming`` hands them to a consumer block by block instead (``attnflow run`` does so).
@@ -481,7 +541,7 @@ def solve(
         field, x0, on_snapshots=collector, integrator=integrator, dt=dt, t_end=t_end,
         save_every=save_every, noise=noise, key=key, max_steps_per_snapshot=max_steps_per_snapshot,
         max_steps=max_steps, snapshots_per_call=snapshots_per_call, workers=workers, saveat=saveat,
-        stepsize=stepsize,
+        stepsize=stepsize, batch=batch, check=check,
     )  # fmt: skip
     ts, xs = collector.arrays()
     return Trajectory(
