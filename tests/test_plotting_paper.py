@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from attnflow.viz import plotting
+from attnflow.viz import figure_files
 from attnflow.viz.plotting import (
     draw_state,
     figure_formats,
@@ -59,13 +59,13 @@ def test_no_colour_bar_without_a_name_or_without_colour():
 
 def _captured(monkeypatch):
     figures = {}
-    real = plotting._save
+    real = figure_files._save_png
 
-    def spy(fig, path, formats=None):
+    def spy(fig, path):
         figures[path.name] = fig
-        return real(fig, path, formats)
+        return real(fig, path)
 
-    monkeypatch.setattr(plotting, "_save", spy)
+    monkeypatch.setattr(figure_files, "_save_png", spy)
     return figures
 
 

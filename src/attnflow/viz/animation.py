@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 
 from attnflow.io.store import spread
 from attnflow.viz.colours import LABEL_CMAP
-from attnflow.viz.plotting import _draw_sphere_flat, _flat_points
+from attnflow.viz.sphere_panels import _draw_sphere_flat, _flat_points
 from attnflow.viz.viewer import viewed
 
 __all__ = ["FORMATS", "check_format", "write_animation"]

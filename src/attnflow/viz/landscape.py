@@ -19,7 +19,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from attnflow.viz.plotting import save_figure
+from attnflow.viz.figure_files import save_figure
 
 __all__ = ["branch_summary", "read_branch_folder", "write_branch_figure", "write_d3_branches"]
 

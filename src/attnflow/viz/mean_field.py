@@ -15,7 +15,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from attnflow.viz.colours import LABEL_CMAP, label_scale
-from attnflow.viz.plotting import save_figure
+from attnflow.viz.figure_files import save_figure
 
 __all__ = ["plot_laws"]
 

@@ -15,7 +15,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from attnflow.analysis.plateaus import LifetimeFits
-from attnflow.viz.plotting import save_figure
+from attnflow.viz.figure_files import save_figure
 
 __all__ = ["write_lifetime_figure", "write_threshold_figure"]
 

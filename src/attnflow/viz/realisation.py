@@ -15,7 +15,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from attnflow.viz.plotting import save_figure
+from attnflow.viz.figure_files import save_figure
 
 __all__ = ["mode_table", "write_mode_figure"]
 

@@ -45,6 +45,7 @@ from attnflow.io.version import __version__
 from attnflow.viz import plotting
 from attnflow.viz.expectation_table import bound_text, fmt, measured_text, write_table
 from attnflow.viz.report_page import html_page, markdown_page
+from attnflow.viz.series_panels import _power_of_ten
 from attnflow.viz.why import WHY
 
 NOT_MEASURED = "not measured"
@@ -292,7 +293,7 @@ def _metastability(path: Path, outcome: Outcome) -> Path | None:
                 axis.set_minor_locator(NullLocator())
                 # "10¹" in plain text: matplotlib's default label is mathtext, whose parser (built
                 # on its first use in a process) cost more than the rest of this figure
-                axis.set_major_formatter(FuncFormatter(plotting._power_of_ten))
+                axis.set_major_formatter(FuncFormatter(_power_of_ten))
         ax.legend(fontsize=8)
     return plotting.save_figure(fig, path)
 

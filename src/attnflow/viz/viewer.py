@@ -35,7 +35,7 @@ import numpy as np
 from attnflow.io import store
 from attnflow.io.atomic import write_text
 from attnflow.viz.colours import LABEL_STOPS, label_scale
-from attnflow.viz.plotting import _principal_directions
+from attnflow.viz.sphere_panels import _principal_directions
 
 __all__ = [
     "fill_template",
