@@ -81,8 +81,9 @@ save_every = 0.5
 """
 
 
-# what the installed `attnflow` command runs (pyproject's [project.scripts])
-CONSOLE_SCRIPT = "import sys; from attnflow_entry import main; sys.exit(main())"
+# what the installed `attnflow` command runs (pyproject's [project.scripts]), under its name: click
+# names the program after sys.argv[0] in its messages ('attnflow reproduce: Invalid value ...', not '-c')
+CONSOLE_SCRIPT = "import sys; sys.argv[0] = 'attnflow'; from attnflow_entry import main; sys.exit(main())"
 STARTING_LINE = "interrupted while starting: nothing was done."
 
 
