@@ -402,7 +402,8 @@ def test_reproduce_passes_every_set_to_its_runs(tmp_path, monkeypatch):
     [
         ("solver.dt", "error: --set: `solver.dt` must be given as section.key=value; got 'solver.dt'."),
         ("solver.foo=1", "error: --set: `solver.foo` must be one of the keys of [solver]; got 'foo'."),
-        ('solver.interaction="nope"', "error: E0.toml: `solver.interaction` must be one of 'auto', 'exact'"),
+        ('solver.interaction="nope"', "error: --set: `solver.interaction` must be one of 'auto', 'exact'"),
+        ("solver.t_end=19.99", "error: --set: `solver.t_end` must be a whole multiple of"),
         ("model.layer_norm=peri", "error: --set: `model.layer_norm` must be 'post' in reproduce"),
     ],
 )
@@ -473,6 +474,9 @@ _MANY = ",".join(str(0.5 + k / 1000) for k in range(1001))
          "got 1."),
         (["sweep", "{config}", "--grid", "model.beta=1,2", "--workers", "0"],
          "error: attnflow sweep: Invalid value for '--workers': must be an integer in [1, 1024]; got 0."),
+        (["reproduce", "--only", "E0", "--set", "gauge.omega=2"],  # no simulation of E0 reads it: ran
+         "error: --set: `gauge.omega` must be left out when `gauge.kind` = 'none' (which does not read it); "
+         "got 2."),
         (["run", "{config}", "--set", "model.n=" + "[" * 5000 + "]" * 5000],
          "error: --set: `model.n` must be nested at most 16 tables or arrays deep"),
         (["run", "{config}", "--set", "model.n=" + "1" * 70_000],
@@ -491,6 +495,20 @@ def test_a_bad_option_string_is_one_line_and_exit_2_writing_nothing(config_file,
     assert result.stdout == "" and result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith(line), result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_a_reproduce_override_is_refused_only_when_no_simulation_reads_it():
+    """`reproduce --set` applies to experiments of different kinds: a key is kept if one reads it."""
+    from attnflow.cli.experiments import refuse_unread_overrides
+    from attnflow.io.config import ConfigError, config_from_dict
+
+    given = {"rtol": 1e-4, "atol": 1e-6}  # the runs' configs hold the --set values
+    rk4, adaptive = (config_from_dict({"solver": {"method": m, **given}}) for m in ("rk4", "adaptive"))
+    refuse_unread_overrides(["solver.atol=1e-6"], [rk4, adaptive])  # the adaptive run reads it
+    refuse_unread_overrides(["solver.atol=1e-6"], [])  # no simulation (realisations only): not judged here
+    refused = r"^--set: `solver\.rtol` must be left out when `solver\.method` = 'rk4'"  # the first one
+    with pytest.raises(ConfigError, match=refused):
+        refuse_unread_overrides(["solver.rtol=1e-4", "solver.atol=1e-6"], [rk4, rk4])
 
 
 def test_ctrl_c_in_a_sweep_is_one_line_and_exit_130(config_file, tmp_path, monkeypatch):

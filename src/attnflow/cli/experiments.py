@@ -101,15 +101,18 @@ def reproduce(
     from attnflow.io.reproduce_folder import make_settings
     from attnflow.numerics.program_cache import enable_persistent_cache
     from attnflow.viz.report import failure_lines, summary_table
+    from attnflow.workflows.experiments import load_experiments
     from attnflow.workflows.reproduce import reproduce as run_reproduce
     from attnflow.workflows.reproduce import resume_command
-    from attnflow.workflows.reproduce_plan import parse_only, parse_sizes
+    from attnflow.workflows.reproduce_plan import parse_only, parse_sizes, plan
 
     with user_errors():
         enable_persistent_cache()  # a cache folder another user could write: one line, exit 2
         ids, token_counts = parse_only(only), parse_sizes(sizes)
         overrides = apply_overrides({}, set_)  # malformed --set values, before any experiment is read
         _refuse_other_layer_norms(overrides)
+        jobs = plan(load_experiments(ids), quick=quick, sizes=token_counts, n_seeds=seeds, overrides=set_)
+        refuse_unread_overrides(set_, simulation_configs(jobs, set_))  # as a key a config's kind ignores
         check_out_folder(out)
         settings = make_settings(quick=quick, sizes=token_counts, n_seeds=seeds, overrides=set_)
         interrupts.on_stop(continues=f"`{resume_command(out, settings, ids)}` continues")
@@ -219,3 +222,39 @@ def _refuse_other_layer_norms(overrides: dict) -> None:
             layer_norm,
             where="--set",
         )
+
+
+def simulation_configs(jobs: list, overrides: list[str]) -> list:
+    """The configs of the simulations among ``jobs``; a bad value given by ``--set`` is refused
+    naming ``--set``, not the experiment's file (as ``attnflow run`` does)."""
+    from attnflow.io.config_errors import ConfigError
+
+    given = {override.partition("=")[0].strip() for override in overrides}
+    try:
+        return [job.simulation_config() for job in jobs if job.experiment.kind == "simulate"]
+    except ConfigError as error:
+        raise (error.at("--set") if error.key in given else error) from None
+
+
+def refuse_unread_overrides(overrides: list[str], configs: list) -> None:
+    """A ``--set`` key that no simulation of the run reads (each one's chosen kind ignores it, as
+    ``solver.atol`` when every simulation steps with rk4) is refused as in a config file, naming
+    the first simulation's kind; one that some simulation reads is kept (the experiments choose
+    different kinds)."""
+    from attnflow.io.config import apply_overrides
+    from attnflow.io.config_errors import ConfigError
+    from attnflow.io.config_unused import check_unused
+
+    for override in overrides:
+        data = apply_overrides({}, [override])
+        key = override.partition("=")[0].strip()
+        refusals = []
+        for config in configs:
+            try:
+                check_unused(data, config, where="--set", overridden=[key])
+            except ConfigError as refusal:
+                refusals.append(refusal)
+            else:
+                break  # read by this simulation
+        if configs and len(refusals) == len(configs):
+            raise refusals[0]
