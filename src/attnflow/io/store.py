@@ -1,4 +1,6 @@
-"""Crash-safe, incremental trajectory store (`trajectory.zarr`), its reader and xarray view.
+"""Crash-safe, incremental trajectory store (`trajectory.zarr`): its writer here, its readers and
+xarray view in :mod:`attnflow.io.store_read` (importable from here too, as ``store.read_trajectory``
+and so on), the checks of the writer's inputs in :mod:`attnflow.io.store_checks`.
 
 A run appends one snapshot ``(t, x)`` at a time to a Zarr v3 group::
 
@@ -97,21 +99,48 @@ import os
 import shutil
 import uuid
 import warnings
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import zarr
 from zarr.codecs import Crc32cCodec
 from zarr.errors import ZarrUserWarning
 
-if TYPE_CHECKING:
-    import xarray as xr
+from attnflow.io.store_checks import (
+    _check_attrs,
+    _check_dtype,
+    _check_gauge,
+    _check_r,
+    _check_rope_angles,
+    _check_time,
+    _check_x,
+    _check_xi,
+    _positive_int,
+)
+from attnflow.io.store_read import (
+    _ARRAY_ATTRS,
+    _DATA_ARRAYS,
+    _WHERE,
+    CorruptStoreError,
+    NotAStoreError,
+    StoredGauge,
+    StoredTrajectory,
+    iter_radial_snapshots,
+    iter_snapshots,
+    open_dataset,
+    read_gauge,
+    read_series,
+    read_trajectory,
+    spread,
+    token_count,
+)
 
 __all__ = [
+    "CorruptStoreError",
+    "NotAStoreError",
     "StoredGauge",
     "StoredTrajectory",
     "TrajectoryWriter",
@@ -123,21 +152,17 @@ __all__ = [
     "read_trajectory",
     "snapshot_time",
     "snapshots_per_chunk",
+    "spread",
+    "token_count",
 ]
 
-_WHERE = "store"
 _CHUNK_BYTES = 1 << 18  # snapshots per chunk file: about this many bytes of positions
-_DATA_ARRAYS = ("t", "x", "xi", "gauge", "gauge_angles", "r")  # the names a metric series may not take
 _SERIES_NAMES = {
     "energy": "interaction energy E",
     "mean_cosine": "mean pairwise cosine of the content",
     "gauge_mean_cosine": "mean pairwise cosine of the gauge frame",
     "n_eff": "effective number of clusters",
 }
-_DTYPES = ("float64", "float32")
-_RESERVED_ATTRS = ("status", "n_snapshots")
-# Group attributes the store writes about itself (not part of the attrs given to the writer).
-_STORE_ATTRS = ("Conventions", "title", "source", "history", "time_convention", "json_attrs")
 # ``xi``'s long_name by the config's ``aux.kind`` (the default: "frozen token labels")
 _LABEL_NAMES = {
     "positions": "token positions i (frozen labels)",
@@ -147,27 +172,6 @@ _LABEL_NAMES = {
 _TIME_CONVENTIONS = {
     "plain": "plain time t (time scale c = 1)",
     "rescaled": "rescaled time (time scale c = exp(-beta)): a time t here is t exp(beta) in plain time",
-}
-# Snapshots per read in the readers: bounds the memory of a scan to _READ_BLOCK * n * d values.
-_READ_BLOCK = 256
-
-
-# CF-style attributes of the stored arrays (the model's time and positions are dimensionless).
-_ARRAY_ATTRS = {
-    "t": {"long_name": "time", "units": "1"},
-    "x": {"long_name": "token positions on the unit sphere", "units": "1", "coordinates": "xi"},
-    "r": {
-        "long_name": "token radii r_i = |z_i| (pre- and peri-LN tokens z_i = r_i x_i)",
-        "units": "1",
-        "coordinates": "xi",
-    },
-    "xi": {"long_name": "frozen token labels", "units": "1"},
-    "gauge": {"long_name": "gauge matrices Q(xi_i), u_i = Q(xi_i) x_i", "units": "1"},
-    "gauge_angles": {
-        "long_name": "RoPE angles: Q(xi_i) rotates coordinates (2k, 2k+1) by gauge_angles[i, k]",
-        "units": "rad",
-        "gauge_kind": "rope",
-    },
 }
 
 
@@ -187,82 +191,6 @@ def snapshot_time(k: int, save_every: float) -> float:
     (``snapshot_time(3, 0.1) == 0.3``, where ``3 * 0.1`` is 0.30000000000000004), so a stored time
     equals the number a user types, and ``ds.sel(t=0.3)`` finds it."""
     return float(decimal.Decimal(repr(float(save_every))) * int(k))
-
-
-@dataclass(frozen=True)
-class StoredGauge:
-    """The gauge of a store as it is stored: dense matrices ``(n, d, d)``, or RoPE's angles
-    ``(n, m)`` (``Q(xi_i)`` rotates the coordinate pairs ``(2k, 2k+1)``, ``k < m``, by
-    ``rope_angles[i, k]`` and leaves the others), which apply without any ``d x d`` matrix."""
-
-    d: int
-    matrices: np.ndarray | None = None
-    rope_angles: np.ndarray | None = None
-    dtype: str = "float64"  # of the stored positions, and of ``dense``
-
-    def frame(self, xs: Any, tokens: Any = None) -> np.ndarray:
-        """The gauge frame ``u_i = Q(xi_i) x_i`` of ``xs (..., k, d)``, the positions of the tokens
-        ``tokens`` (indices; all tokens when None), as float64."""
-        xs = np.asarray(xs, dtype=np.float64)
-        rows = slice(None) if tokens is None else np.asarray(tokens)
-        if self.matrices is not None:
-            return np.einsum("nij,...nj->...ni", np.asarray(self.matrices, dtype=np.float64)[rows], xs)
-        angles = np.asarray(self.rope_angles, dtype=np.float64)[rows]
-        m = angles.shape[1]
-        a, b = xs[..., 0 : 2 * m : 2], xs[..., 1 : 2 * m : 2]
-        cos, sin = np.cos(angles), np.sin(angles)
-        u = xs.copy()
-        u[..., 0 : 2 * m : 2] = cos * a - sin * b
-        u[..., 1 : 2 * m : 2] = sin * a + cos * b
-        return u
-
-    def dense(self) -> np.ndarray:
-        """The matrices ``Q(xi_i)``, ``(n, d, d)`` (built from the angles for RoPE: ``n d²``
-        numbers; :meth:`frame` needs none of them)."""
-        if self.matrices is not None:
-            return self.matrices
-        n = self.rope_angles.shape[0]
-        basis = np.broadcast_to(np.eye(self.d)[:, None, :], (self.d, n, self.d))  # e_j of every token
-        return self.frame(basis).transpose(1, 2, 0).astype(self.dtype)  # Q_i e_j is column j of Q_i
-
-
-@dataclass(frozen=True)
-class StoredTrajectory:
-    """A trajectory read back from a store, trimmed to its complete snapshots.
-
-    Attributes:
-        ts: ``(T,)`` float64 snapshot times, strictly increasing.
-        xs: ``(T, n, d)`` positions in the stored dtype.
-        xi: ``(n,)`` or ``(n, k)`` frozen labels.
-        attrs: the config dict given to the writer (as JSON round-trips it).
-        status: what ``close`` recorded, or ``"incomplete"`` when the writer never closed (or fewer
-            snapshots are readable than it recorded).
-        stored_gauge: the gauge as stored (:class:`StoredGauge`), or ``None`` when no gauge was set.
-        rs: ``(T, n)`` radii of the tokens ``z = r x`` (pre- and peri-LN runs), or ``None``.
-
-    ``gauge_frame(xs, tokens)`` is the gauge-frame view; ``gauge`` the dense matrices (for RoPE
-    built on access: prefer ``gauge_frame`` at large d).
-    """
-
-    ts: np.ndarray
-    xs: np.ndarray
-    xi: np.ndarray
-    attrs: dict[str, Any]
-    status: str
-    stored_gauge: StoredGauge | None = None
-    rs: np.ndarray | None = None
-
-    @property
-    def gauge(self) -> np.ndarray | None:
-        """``(n, d, d)`` gauge matrices ``Q(xi_i)``, or ``None`` when no gauge was set."""
-        return None if self.stored_gauge is None else self.stored_gauge.dense()
-
-    def gauge_frame(self, xs: Any, tokens: Any = None) -> np.ndarray:
-        """``u_i = Q(xi_i) x_i`` of ``xs (..., k, d)`` of the tokens ``tokens`` (all when None);
-        ``xs`` itself (as float64) when no gauge was set."""
-        if self.stored_gauge is None:
-            return np.array(xs, dtype=np.float64)
-        return self.stored_gauge.frame(xs, tokens)
 
 
 class TrajectoryWriter:
@@ -516,157 +444,6 @@ class TrajectoryWriter:
         )
 
 
-def read_trajectory(
-    path: str | os.PathLike[str], *, max_tokens: int | None = None, snapshots: Any = None
-) -> StoredTrajectory:
-    """Read a store into memory, trimmed to its complete snapshots (a contiguous prefix).
-
-    ``max_tokens``: keep at most that many tokens, :func:`spread` over the token order (their
-    labels and gauge with them; all when None). The snapshots are read block by block, so memory
-    follows the tokens kept, not the store's size. ``snapshots``: indices of complete snapshots
-    (the caller knows how many there are) to read, one by one, instead of every complete one."""
-    group = _open_store(path)
-    n = int(group["x"].shape[1])
-    rows = slice(None) if max_tokens is None or n <= max_tokens else spread(n, max_tokens)
-    radii = _radii(group)
-    if snapshots is None:
-        recorded = group.attrs.get("n_snapshots")
-        blocks = [
-            (ts, xs[:, rows], None if rs is None else rs[:, rows])
-            for ts, xs, rs in _complete_blocks(group["t"], group["x"], r=radii, recorded=recorded)
-        ]
-    else:
-        blocks = [_complete_snapshot(group, int(k), rows) for k in snapshots]
-    ts = np.concatenate([ts for ts, _, _ in blocks])
-    xs = np.concatenate([xs for _, xs, _ in blocks])
-    rs = None if radii is None else np.concatenate([rs for _, _, rs in blocks])
-    xi = np.asarray(group["xi"][...])[rows]
-    attrs = _decoded_attrs(group.attrs)
-    status = _resolved_status(attrs, ts.shape[0])
-    config = {key: value for key, value in attrs.items() if key not in (*_RESERVED_ATTRS, *_STORE_ATTRS)}
-    gauge = _stored_gauge(group)
-    if gauge is not None and not isinstance(rows, slice):
-        gauge = replace(
-            gauge,
-            matrices=None if gauge.matrices is None else gauge.matrices[rows],
-            rope_angles=None if gauge.rope_angles is None else gauge.rope_angles[rows],
-        )
-    return StoredTrajectory(ts=ts, xs=xs, xi=xi, attrs=config, status=status, stored_gauge=gauge, rs=rs)
-
-
-def _radii(group: zarr.Group) -> zarr.Array | None:
-    return group["r"] if "r" in group else None
-
-
-def _complete_snapshot(group: zarr.Group, k: int, rows) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """Snapshot ``k`` as a block of one, ``(t (1,), x (1, kept, d), r (1, kept) or None)``; it must
-    be complete."""
-    ts, torn = _read_rows(group["t"], k, k + 1)
-    xs, torn_x = _read_rows(group["x"], k, k + 1)
-    radii = _radii(group)
-    rs, torn_r = (None, set()) if radii is None else _read_rows(radii, k, k + 1)
-    finite = np.isfinite(ts).all() and np.isfinite(xs).all() and (rs is None or np.isfinite(rs).all())
-    if ts.shape[0] != 1 or torn or torn_x or torn_r or not finite:
-        raise CorruptStoreError(
-            f"store: snapshot {k} must be complete to be read; got a missing or torn one."
-        )
-    return ts, xs[:, rows], None if rs is None else rs[:, rows]
-
-
-def spread(count: int, limit: int) -> np.ndarray:
-    """At most ``limit`` indices of ``range(count)``, evenly spread, first and last included."""
-    if count <= limit:
-        return np.arange(count)
-    return np.unique(np.round(np.linspace(0, count - 1, limit)).astype(np.int64))
-
-
-def token_count(path: str | os.PathLike[str]) -> int:
-    """The number of tokens a store holds (its ``x`` is ``(T, n, d)``), read from its metadata."""
-    return int(_open_store(path)["x"].shape[1])
-
-
-def read_gauge(path: str | os.PathLike[str]) -> StoredGauge | None:
-    """The gauge of a store (dense matrices or RoPE angles), without its snapshots."""
-    return _stored_gauge(_open_store(path))
-
-
-def _stored_gauge(group: zarr.Group) -> StoredGauge | None:
-    d, dtype = int(group["x"].shape[2]), np.dtype(group["x"].dtype).name
-    if "gauge" in group:
-        return StoredGauge(d=d, matrices=np.asarray(group["gauge"][...]), dtype=dtype)
-    if "gauge_angles" in group:
-        return StoredGauge(d=d, rope_angles=np.asarray(group["gauge_angles"][...]), dtype=dtype)
-    return None
-
-
-def read_series(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
-    """The metric series a store holds (what ``close(series=...)`` wrote; ``{}`` for a store
-    without them), each ``(K,)`` over the ``K`` snapshots the closed store recorded."""
-    group = _open_store(path)
-    recorded = group.attrs.get("n_snapshots")
-    if not isinstance(recorded, int):
-        return {}  # series are written at close, with the count
-    return {
-        name: np.asarray(array[:recorded])
-        for name, array in group.arrays()
-        if name not in _DATA_ARRAYS and array.ndim == 1 and array.shape[0] == group["t"].shape[0]
-    }
-
-
-def iter_snapshots(path: str | os.PathLike[str]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """The complete snapshots of a store as blocks ``(ts (G,), xs (G, n, d))``, in order, trimmed
-    like ``read_trajectory``: memory of one block (at most ``_READ_BLOCK`` snapshots), whatever the
-    store's length (metrics and figures of long runs read it this way)."""
-    for ts, xs, _ in iter_radial_snapshots(path):
-        yield ts, xs
-
-
-def iter_radial_snapshots(
-    path: str | os.PathLike[str],
-) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
-    """``iter_snapshots`` with the radii: blocks ``(ts (G,), xs (G, n, d), rs (G, n))``, ``rs``
-    ``None`` for a store without radii (every layer norm but pre and peri)."""
-    group = _open_store(path)
-    recorded = group.attrs.get("n_snapshots")
-    yield from _complete_blocks(group["t"], group["x"], r=_radii(group), recorded=recorded)
-
-
-def open_dataset(path: str | os.PathLike[str]) -> xr.Dataset:
-    """The store as a lazy xarray Dataset, trimmed like ``read_trajectory``.
-
-    Dimensions ``t``, ``token``, ``dim`` (plus ``label_dim`` for 2-D labels and ``gauge_dim``
-    with a gauge); ``t`` is the indexed coordinate of its own dimension. ``attrs["status"]`` is the status
-    ``read_trajectory`` reports. Variables load on access (no dask; call ``.chunk()`` for dask).
-    """
-    import xarray as xr  # heavy (pandas): only where a Dataset is opened, not to write a run
-
-    group = _open_store(path)
-    recorded = group.attrs.get("n_snapshots")
-    blocks = [ts for ts, _, _ in _complete_blocks(group["t"], group["x"], r=_radii(group), recorded=recorded)]
-    ts = np.concatenate(blocks)
-    status = _resolved_status(dict(group.attrs), ts.shape[0])
-    consolidated = group.metadata.consolidated_metadata is not None
-    # `t` is read above, trimmed: xarray would load its whole index at once, torn chunk included.
-    ds = xr.open_zarr(Path(path), consolidated=consolidated, chunks=None, zarr_format=3, drop_variables="t")
-    if "time" in ds.dims:  # a store written before the time dimension was named `t`
-        ds = ds.rename_dims({"time": "t"})
-    ds = ds.isel(t=slice(0, ts.shape[0])).assign_coords(t=("t", ts, _ARRAY_ATTRS["t"]))
-    ds.attrs = _decoded_attrs(ds.attrs)
-    ds.attrs["status"] = status
-    return ds
-
-
-def _decoded_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
-    """The group's attributes with the JSON strings named by ``json_attrs`` decoded (a store
-    written before that convention has none, and its nested attributes are returned as they are)."""
-    decoded = dict(attrs)
-    encoded = decoded.get("json_attrs")
-    for key in encoded.split(",") if isinstance(encoded, str) and encoded else []:
-        if isinstance(decoded.get(key), str):
-            decoded[key] = json.loads(decoded[key])
-    return decoded
-
-
 def _group_attributes(attrs: dict[str, Any]) -> dict[str, Any]:
     """What the group stores: ``attrs`` with nested values as JSON strings (named by
     ``json_attrs``), ``status``, and the CF-style global attributes (module docstring)."""
@@ -807,253 +584,3 @@ def _move_into_place(staging: Path, path: Path, *, overwrite: bool) -> None:
     os.rename(path, trash)
     os.rename(staging, path)
     shutil.rmtree(trash)
-
-
-# --- reading -------------------------------------------------------------------------------------
-
-
-def _open_store(path: str | os.PathLike[str]) -> zarr.Group:
-    path = Path(path)
-    if not (path / "zarr.json").is_file():
-        raise NotAStoreError(
-            f"{_WHERE}: `path` must be a trajectory store (a Zarr v3 group); got {str(path)!r}, "
-            "which has no zarr.json."
-        )
-    group = zarr.open_group(path, mode="r", zarr_format=3)
-    missing = [name for name in ("t", "x", "xi") if name not in group]
-    if missing:
-        raise ValueError(
-            f"{_WHERE}: `path` must be a trajectory store with arrays t, x, xi; got "
-            f"{str(path)!r}, which lacks {', '.join(missing)}."
-        )
-    return group
-
-
-class NotAStoreError(FileNotFoundError, ValueError):
-    """The path given is not a trajectory store (bad input: a ``ValueError``, and a
-    ``FileNotFoundError`` for callers that test for a missing file)."""
-
-
-class CorruptStoreError(ValueError):
-    """A chunk of a store fails its checksum where no interrupted write can explain it: the data
-    were damaged after they were written (a killed run only ever loses its unwritten snapshots)."""
-
-
-def _complete_blocks(
-    t: zarr.Array, x: zarr.Array, *, r: zarr.Array | None = None, recorded: int | None = None
-) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
-    """Yield ``(ts, xs, rs)`` blocks of complete snapshots, in order, up to the first incomplete
-    one (``rs`` None for a store without radii ``r``).
-
-    A snapshot is complete iff its ``t`` and ``x`` (and ``r``) are readable and finite. Reading block by block
-    bounds memory and makes the cost follow the snapshots written, not the preallocation.
-    A chunk that fails its checksum ends the prefix only where an interrupted write explains it:
-    it is the last snapshot written and the store was never closed (``recorded`` is None).
-    Otherwise it raises ``CorruptStoreError`` naming the chunk.
-    """
-    size = t.shape[0]
-    for start in range(0, size, _READ_BLOCK):
-        stop = min(start + _READ_BLOCK, size)
-        ts, torn = _read_rows(t, start, stop)
-        k = _finite_prefix(ts)
-        xs, torn_x = _read_rows(x, start, start + k)
-        torn |= torn_x
-        k = _finite_prefix(xs)
-        rs = None
-        if r is not None:
-            rs, torn_r = _read_rows(r, start, start + k)
-            torn |= torn_r
-            k = _finite_prefix(rs)
-        if start + k in torn:
-            _check_torn_tail(t, start + k, recorded, per_chunk=max(int(t.chunks[0]), int(x.chunks[0])))
-        yield ts[:k], xs[:k], None if rs is None else rs[:k]
-        if k < stop - start:
-            return
-
-
-def _check_torn_tail(t: zarr.Array, row: int, recorded: int | None, *, per_chunk: int = 1) -> None:
-    """A torn ``row`` is the record of an interrupted write when the store was never closed and
-    no snapshot after its chunk (of ``per_chunk`` snapshots) was committed; else corruption."""
-    after = (row // per_chunk + 1) * per_chunk  # the torn chunk's completed snapshots are lost with it
-    later = _read_rows(t, after, min(after + _READ_BLOCK, t.shape[0]))[0]
-    if recorded is None and not np.isfinite(later).any():
-        return  # the last write of a run that never closed its store
-    path = getattr(t.store, "root", "")
-    raise CorruptStoreError(
-        f"{_WHERE}: snapshot {row} of {str(path)!r} fails its checksum (the chunk of `t` or `x` holding "
-        "it), although later snapshots or the closed store show it was written: the store is corrupt, "
-        "not the record of an interrupted run."
-    )
-
-
-def _finite_prefix(rows: np.ndarray) -> int:
-    """Number of leading rows (along axis 0) that are entirely finite."""
-    ok = np.isfinite(rows).all(axis=tuple(range(1, rows.ndim)))
-    return rows.shape[0] if ok.all() else int(np.argmin(ok))
-
-
-def _is_checksum_error(error: ValueError) -> bool:
-    return "checksum" in str(error)
-
-
-def _read_rows(array: zarr.Array, start: int, stop: int) -> tuple[np.ndarray, set[int]]:
-    """``array[start:stop]``, with NaN in place of any row whose chunk fails its checksum, and the
-    set of those rows. Any other error propagates."""
-    try:
-        return np.asarray(array[start:stop]), set()
-    except ValueError as error:
-        if not _is_checksum_error(error):
-            raise
-    rows = np.full((stop - start, *array.shape[1:]), np.nan, dtype=array.dtype)
-    torn = set()
-    for i in range(start, stop):
-        try:
-            rows[i - start] = array[i]
-        except ValueError as error:
-            if not _is_checksum_error(error):
-                raise
-            torn.add(i)
-    return rows, torn
-
-
-def _resolved_status(attrs: Mapping[str, Any], k: int) -> str:
-    status = attrs.get("status", "incomplete")
-    recorded = attrs.get("n_snapshots")
-    if not isinstance(status, str) or (recorded is not None and recorded != k):
-        return "incomplete"
-    return status
-
-
-# --- validation ----------------------------------------------------------------------------------
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"{_WHERE}: `{name}` must be a positive integer; got {value!r}.")
-    return int(value)
-
-
-def _check_dtype(dtype: Any) -> str:
-    try:
-        name = np.dtype(dtype).name
-    except TypeError:
-        name = None
-    if name not in _DTYPES:
-        raise ValueError(f"{_WHERE}: `dtype` must be one of {_DTYPES}; got {dtype!r}.")
-    return name
-
-
-def _is_real(array: np.ndarray) -> bool:
-    return np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)
-
-
-def _check_xi(xi: Any, n: int) -> np.ndarray:
-    xi = np.asarray(xi)
-    if xi.ndim not in (1, 2) or xi.shape[0] != n:
-        raise ValueError(f"{_WHERE}: `xi` must have shape (n,) or (n, k) with n = {n}; got {xi.shape}.")
-    if not _is_real(xi):
-        raise ValueError(f"{_WHERE}: `xi` must hold integers or floats; got dtype {xi.dtype}.")
-    if np.issubdtype(xi.dtype, np.integer):
-        return xi.astype(np.int64)
-    xi = xi.astype(np.float64)
-    if not np.isfinite(xi).all():
-        raise ValueError(f"{_WHERE}: `xi` must be finite; got {_nonfinite_summary(xi)}.")
-    return xi
-
-
-def _check_gauge(gauge: Any, n: int, d: int) -> np.ndarray | None:
-    if gauge is None:
-        return None
-    gauge = np.asarray(gauge)
-    if gauge.shape != (n, d, d):
-        raise ValueError(f"{_WHERE}: `gauge` must have shape (n, d, d) = {(n, d, d)}; got {gauge.shape}.")
-    if not _is_real(gauge) or not np.isfinite(gauge).all():
-        raise ValueError(
-            f"{_WHERE}: `gauge` must hold finite real numbers; got dtype {gauge.dtype}"
-            + (f", {_nonfinite_summary(gauge)}." if _is_real(gauge) else ".")
-        )
-    return gauge
-
-
-def _check_rope_angles(angles: Any, n: int, d: int) -> np.ndarray | None:
-    if angles is None:
-        return None
-    angles = np.asarray(angles)
-    if angles.ndim != 2 or angles.shape[0] != n or not 1 <= angles.shape[1] <= d // 2:
-        raise ValueError(
-            f"{_WHERE}: `rope_angles` must have shape (n, m) with n = {n}, 1 <= m <= d // 2 = {d // 2}; "
-            f"got {angles.shape}."
-        )
-    if not _is_real(angles) or not np.isfinite(angles).all():
-        raise ValueError(f"{_WHERE}: `rope_angles` must hold finite real numbers; got dtype {angles.dtype}.")
-    return angles.astype(np.float64)
-
-
-def _check_attrs(attrs: Mapping[str, Any] | None) -> dict[str, Any]:
-    if attrs is None:
-        return {}
-    if not isinstance(attrs, Mapping):
-        raise ValueError(f"{_WHERE}: `attrs` must be a dict; got {type(attrs).__name__}.")
-    reserved = [key for key in (*_RESERVED_ATTRS, *_STORE_ATTRS) if key in attrs]
-    if reserved:
-        raise ValueError(
-            f"{_WHERE}: `attrs` must not use the store's own keys {(*_RESERVED_ATTRS, *_STORE_ATTRS)}; "
-            f"got {reserved[0]!r}."
-        )
-    try:
-        return json.loads(json.dumps(dict(attrs), allow_nan=False))
-    except (TypeError, ValueError) as error:
-        raise ValueError(
-            f"{_WHERE}: `attrs` must be JSON-serialisable (finite numbers, strings, lists, "
-            f"dicts); got {error}."
-        ) from None
-
-
-def _check_time(t: Any, t_last: float) -> float:
-    if np.ndim(t) != 0 or not _is_real(np.asarray(t)):
-        raise ValueError(f"{_WHERE}: `t` must be a real scalar; got {t!r}.")
-    t = float(t)
-    if not math.isfinite(t):
-        raise ValueError(f"{_WHERE}: `t` must be finite; got {t!r}.")
-    if t <= t_last:
-        raise ValueError(
-            f"{_WHERE}: `t` must be greater than the previous snapshot's time {t_last!r}; got {t!r}."
-        )
-    return t
-
-
-def _check_x(x: Any, shape: tuple[int, int]) -> np.ndarray:
-    x = np.asarray(x)
-    if x.shape != shape:
-        raise ValueError(f"{_WHERE}: `x` must have shape (n, d) = {shape}; got {x.shape}.")
-    if not _is_real(x):
-        raise ValueError(f"{_WHERE}: `x` must hold real numbers; got dtype {x.dtype}.")
-    if not np.isfinite(x).all():
-        raise ValueError(f"{_WHERE}: `x` must be finite; got {_nonfinite_summary(x)}.")
-    return x
-
-
-def _check_r(r: Any, n: int, *, kept: bool) -> np.ndarray | None:
-    if r is None:
-        if kept:
-            raise ValueError(f"{_WHERE}: `r` must be given: this store keeps the radii; got None.")
-        return None
-    if not kept:
-        raise ValueError(
-            f"{_WHERE}: `r` must be left out: this store keeps no radii (create it with radii=True); "
-            "got an array."
-        )
-    r = np.asarray(r)
-    if r.shape != (n,) or not _is_real(r):
-        raise ValueError(
-            f"{_WHERE}: `r` must be a real array of shape (n,) = ({n},); got {r.dtype} {r.shape}."
-        )
-    if not (np.isfinite(r).all() and (r > 0).all()):
-        raise ValueError(f"{_WHERE}: `r` must be finite and positive; got min {float(np.min(r))!r}.")
-    return r
-
-
-def _nonfinite_summary(array: np.ndarray) -> str:
-    bad = ~np.isfinite(array)
-    first = tuple(int(i) for i in np.argwhere(bad)[0])
-    return f"{int(bad.sum())} non-finite entries, the first at index {first}"
