@@ -209,3 +209,26 @@ def test_an_adaptive_run_stopped_by_solver_max_steps_exits_3_naming_the_key(tmp_
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["run"]["status"] == "max_steps"
     assert json.loads((out / "config.json").read_text())["solver"]["max_steps"] == 3
+
+
+def test_config_check_builds_a_density_run_as_run_does(tmp_path):
+    """A [density] config is checked as `attnflow run` builds it (it was refused as particles)."""
+    path = tmp_path / "density.toml"
+    text = "[model]\nd = 2\n[density]\ngrid = 48\n[solver]\ndt = 0.05\nt_end = 1.0\nsave_every = 0.5\n"
+    path.write_text(text)
+    result = invoke("config", "check", str(path))
+    assert result.exit_code == 0, result.output
+    rows = {
+        line.split("│")[1].strip(): line.split("│")[2].strip()
+        for line in result.stdout.splitlines()
+        if line.count("│") == 3
+    }
+    shown = (rows["domain"], rows["labels"], rows["snapshots"], rows["steps"])
+    assert shown == ("S^1, grid 48", "1", "3", "20")  # 2 snapshots of 10 steps after the initial one
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["density.toml"]  # nothing written
+    unstable = invoke(
+        "config", "check", str(path), "--set", "solver.dt=0.5", "--set", "solver.save_every=0.5"
+    )
+    assert unstable.exit_code == 2
+    (line,) = unstable.stderr.splitlines()
+    assert "`solver.dt` must be at most" in line  # the density build's own check (safe_dt)

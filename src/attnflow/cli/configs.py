@@ -53,18 +53,31 @@ def check(config: CONFIG, set_: SETS = []) -> None:  # noqa: B006
         from attnflow.io.config_load import config_hash, load_config
 
         cfg = load_config(config, set_)
-        from attnflow.numerics.expansion import exact_cost
-        from attnflow.numerics.saving import snapshot_count
-        from attnflow.workflows.build import build, check_memory, memory_estimate, physical_memory
+        rows = {"config": "valid", "hash": config_hash(cfg)}
+        rows.update(_particle_rows(cfg) if cfg.density is None else _density_rows(cfg))
+    print_summary(f"attnflow config check {config.name}", rows)
 
-        check_memory(cfg, streamed=True)  # as `attnflow run` holds it; refused in one line
-        memory = sum(memory_estimate(cfg, streamed=True).values())
-        build(cfg, streamed=True)  # the library's own checks (input files, gauges, factors): nothing runs
+
+def _memory(total: int) -> str:
+    from attnflow.workflows.build import physical_memory
+
+    return f"about {total / 2**20:.3g} MiB at most ({physical_memory() / 2**30:.3g} GiB here)"
+
+
+def _particle_rows(cfg) -> dict:
+    """A particle run, built as `attnflow run` builds it (every input and its memory bound checked;
+    nothing runs), with an order-of-magnitude time of its exact sums."""
+    from attnflow.numerics.expansion import exact_cost
+    from attnflow.numerics.saving import snapshot_count
+    from attnflow.workflows.build import build, check_memory, memory_estimate
+
+    check_memory(cfg, streamed=True)  # as `attnflow run` holds it; refused in one line
+    memory = sum(memory_estimate(cfg, streamed=True).values())
+    build(cfg, streamed=True)  # the library's own checks (input files, gauges, factors): nothing runs
     solver, model = cfg.solver, cfg.model
     steps = _steps(solver)
-    rows = {"config": "valid", "hash": config_hash(cfg), "n": model.n, "d": model.d}
-    rows["snapshots"] = snapshot_count(solver.t_end, solver.save_every)
-    rows["memory"] = f"about {memory / 2**20:.3g} MiB at most ({physical_memory() / 2**30:.3g} GiB here)"
+    rows = {"n": model.n, "d": model.d, "snapshots": snapshot_count(solver.t_end, solver.save_every)}
+    rows["memory"] = _memory(memory)
     if steps is None:
         rows["steps"] = f"adaptive (bound: {solver.max_steps or 'none'} steps; at most 10^6 per snapshot)"
         rows["time"] = "not known before the run: the adaptive solver chooses its steps"
@@ -76,4 +89,24 @@ def check(config: CONFIG, set_: SETS = []) -> None:  # noqa: B006
             f"{ASSUMED_RATE:.0e} multiply-adds per second (an order of magnitude; plus start-up "
             "and compilation)"
         )
-    print_summary(f"attnflow config check {config.name}", rows)
+    return rows
+
+
+def _density_rows(cfg) -> dict:
+    """A density run, built as `attnflow run` builds it (every input and its memory bound checked;
+    a small resolution check compiled, no step taken); its time is not estimated."""
+    from attnflow.core.kernel import make_profile
+    from attnflow.workflows.density_build import build_density, memory_estimate
+
+    run = build_density(cfg)
+    model, density = cfg.model, cfg.density
+    profile = make_profile(model.profile, beta=model.beta, time_scale=model.time_scale)
+    domain = f"S^1, grid {density.grid}" if run.domain == "circle" else f"S^2, lmax {density.lmax}"
+    return {
+        "domain": domain,
+        "labels": run.labels.size,
+        "snapshots": run.snapshots,
+        "memory": _memory(sum(memory_estimate(cfg, profile, run.labels.size).values())),
+        "steps": run.snapshots * run.steps_per_snapshot - run.steps_per_snapshot,
+        "time": "not estimated for a density run (its cost is the grid's and lmax's, not n^2)",
+    }
