@@ -18,6 +18,8 @@ A particle run holds angles ``θ_i`` and labels; each particle belongs to one la
 - :func:`sliced_w1_density`: the sliced 1-Wasserstein distance of ``attnflow.analysis.distances``
   between labelled particles and the density's quadrature (a weighted point cloud on a refined grid),
   both embedded as ``(cos 2πs, sin 2πs, cos θ, sin θ)``, ``s`` the label's phase.
+- :func:`nearest_nodes`: the label node of each particle (its label in the density's coordinates),
+  to compare a particle run with a density run (``attnflow.workflows.density_compare``).
 
 NumPy only: these read states, they never simulate.
 """
@@ -32,6 +34,7 @@ __all__ = [
     "circle_w1",
     "density_cdf",
     "labelled_circle_w1",
+    "nearest_nodes",
     "sample_density",
     "sliced_w1_density",
     "sliced_w1_sphere",
@@ -120,6 +123,25 @@ def labelled_circle_w1(theta, label_index, f, weights, *, fine: int = FINE) -> f
         empirical = _empirical_cdf(theta[label_index == label], grid_theta)
         total += weights[label] * _circle_w1_cdfs(grid_theta, mid_cdf, empirical)
     return float(total)
+
+
+def nearest_nodes(labels, nodes) -> np.ndarray:
+    """The index of the label node nearest to each particle's label (both in the same coordinates,
+    e.g. positions on ``[0, 1)``): ``(n,)``. The particles of a node are then compared with its
+    slice; labels between nodes are the label quadrature's own error."""
+    labels, nodes = np.asarray(labels, dtype=np.float64).ravel(), np.asarray(nodes, dtype=np.float64).ravel()
+    if labels.size == 0 or nodes.size == 0:
+        raise ValueError(
+            f"nearest_nodes: `labels` and `nodes` must be non-empty; got {labels.size}, {nodes.size}."
+        )
+    order = np.argsort(nodes)
+    sorted_nodes = nodes[order]
+    right = np.clip(np.searchsorted(sorted_nodes, labels), 1, max(sorted_nodes.size - 1, 1))
+    left = right - 1
+    if sorted_nodes.size == 1:
+        return np.zeros(labels.size, dtype=int)
+    closer_left = np.abs(labels - sorted_nodes[left]) <= np.abs(sorted_nodes[right] - labels)
+    return order[np.where(closer_left, left, right)]
 
 
 def sample_density(
