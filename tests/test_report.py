@@ -257,9 +257,21 @@ for (const cell of document.querySelectorAll("td, th")) {
     }
   }
 }
+// every pair of the page's blocks (headings, paragraphs, tables, figures, lists) that overlap,
+// a block inside another apart
+const blocks = [...document.querySelectorAll("h1, h2, h3, p, nav, li, table, figure, img, figcaption, pre")]
+  .filter(el => { const r = el.getBoundingClientRect(); return r.width > 0 && r.height > 0; });
+const overlaps = [];
+blocks.forEach((a, i) => blocks.slice(i + 1).forEach(b => {
+  if (a.contains(b) || b.contains(a)) return;
+  const p = a.getBoundingClientRect(), q = b.getBoundingClientRect();
+  const w = Math.min(p.right, q.right) - Math.max(p.left, q.left);
+  const h = Math.min(p.bottom, q.bottom) - Math.max(p.top, q.top);
+  if (w > 0.5 && h > 0.5) overlaps.push([a.tagName.toLowerCase(), b.tagName.toLowerCase()]);
+}));
 const out = document.createElement("pre");
 out.id = "probe";
-out.textContent = JSON.stringify({broken, wide: document.documentElement.scrollWidth > innerWidth});
+out.textContent = JSON.stringify({broken, overlaps, wide: document.documentElement.scrollWidth > innerWidth});
 document.body.append(out);
 </script>"""
 
@@ -283,18 +295,21 @@ def test_at_1400_px_no_number_or_header_is_broken_mid_word_in_a_real_browser(wri
     # the probe can fail: the old rule (overflow-wrap:anywhere) breaks a number in a narrow column
     control = (
         "<html><body><table style='width:60px'><tr><td style='overflow-wrap:anywhere'>"
-        "1234567890123</td><td>status</td></tr></table></body></html>"
+        "1234567890123</td><td>status</td></tr></table><h2>a heading</h2>"
+        "<p style='margin-top:-30px'>pulled over the heading</p></body></html>"
     )
-    assert _probe(control, tmp_path, 400)["broken"] == ["1234567890123"]
+    seen = _probe(control, tmp_path, 400)
+    assert seen["broken"] == ["1234567890123"] and seen["overlaps"] == [["h2", "p"]]  # the probe sees both
     result = _probe((written / "report.html").read_text(encoding="utf-8"), tmp_path, 1400)
-    assert result == {"broken": [], "wide": False}
+    assert result == {"broken": [], "overlaps": [], "wide": False}
     # a wide table of intervals (as E1's measured values): a browser may break "2.7e-09" at its "-"
     from attnflow.viz.report_page import html_page
 
     header = ["status"] + [f"n={n}" for n in range(64, 64 * 13, 64)]
     rows = [["PASS"] + ["[2.7e-09, 3.46e-09] over seeds"] * 12 for _ in range(3)]
     wide = html_page([("table", (header, rows))], tmp_path)
-    assert _probe(wide, tmp_path, 700) == {"broken": [], "wide": False}  # it scrolls in its own box
+    # it scrolls in its own box
+    assert _probe(wide, tmp_path, 700) == {"broken": [], "overlaps": [], "wide": False}
 
 
 def test_variants_that_start_alike_show_their_initial_state_once(tmp_path, monkeypatch):
