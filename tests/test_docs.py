@@ -347,9 +347,29 @@ def test_the_readme_stands_alone_and_tells_a_newcomer_where_to_start():
 
 
 BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
+# Run in the page after MathJax: its images (loaded or not), rendered and failed formulas, whether
+# the page is wider than the window, and every pair of the article's blocks that overlap (a block
+# inside another apart), then the same after a deliberate break (the first paragraph pulled up over
+# what is above it), which the probe must see.
 PAGE_PROBE = """<script>
+function overlaps() {
+  const blocks = [...document.querySelectorAll(
+    "article h1, article h2, article h3, article p, article li, article table, article img, article pre")]
+    .filter(el => { const r = el.getBoundingClientRect(); return r.width > 0 && r.height > 0; });
+  const found = [];
+  blocks.forEach((a, i) => blocks.slice(i + 1).forEach(b => {
+    if (a.contains(b) || b.contains(a)) return;
+    const p = a.getBoundingClientRect(), q = b.getBoundingClientRect();
+    const w = Math.min(p.right, q.right) - Math.max(p.left, q.left);
+    const h = Math.min(p.bottom, q.bottom) - Math.max(p.top, q.top);
+    if (w > 0.5 && h > 0.5) found.push([a.tagName.toLowerCase(), b.tagName.toLowerCase()]);
+  }));
+  return found;
+}
 window.addEventListener("load", () => setTimeout(() => {
   const images = [...document.querySelectorAll("article img")];
+  const seen = overlaps();
+  document.querySelector("article p").style.marginTop = "-40px";
   const out = document.createElement("pre");
   out.id = "probe";
   out.textContent = JSON.stringify({
@@ -358,6 +378,8 @@ window.addEventListener("load", () => setTimeout(() => {
     maths: document.querySelectorAll("mjx-container").length,
     errors: document.querySelectorAll("mjx-merror, [data-mjx-error]").length,
     wide: document.documentElement.scrollWidth > innerWidth,
+    overlaps: seen,
+    broken: overlaps(),
   });
   document.body.append(out);
 }, 3000));
@@ -385,7 +407,8 @@ def _probe_page(site: Path, page: str, tmp_path: Path) -> dict:
 def test_in_a_real_browser_the_maths_renders_offline_and_the_pages_show_their_images(site, tmp_path):
     model = _probe_page(site, "model/index.html", tmp_path)
     assert model["maths"] >= 10 and model["errors"] == 0 and not model["wide"], model
+    assert model["overlaps"] == [] and any("p" in pair for pair in model["broken"]), model  # sees a break
     for page in ("tutorial/index.html", "experiments/E1/index.html"):
         shown = _probe_page(site, page, tmp_path)
         assert shown["images"] >= 1 and shown["loaded"] == shown["images"], (page, shown)
-        assert not shown["wide"], (page, shown)
+        assert not shown["wide"] and shown["overlaps"] == [], (page, shown)
