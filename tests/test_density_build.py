@@ -11,7 +11,7 @@ from attnflow.core import gauges
 from attnflow.core.kernel import make_profile
 from attnflow.io.config import ConfigError, config_from_dict, load_config
 from attnflow.numerics import density_circle as dc
-from attnflow.workflows.density_build import build_density, check_memory
+from attnflow.workflows.density_build import build_density, check_memory, content_values
 from configs import toml_text
 
 BASE = {
@@ -159,6 +159,29 @@ def test_sphere_gauges_are_the_particles_matrices(tmp_path):
     run = build_density(_config({**prompts, "gauge": gauge, "density": sphere}))
     np.testing.assert_array_equal(run.frames, gauges.haar_orthogonal(8, 3, 3))
     assert run.wigner.shape == (3, 19, 19, 37)
+
+
+def test_a_sphere_law_from_a_file_is_read_in_the_content_frame(tmp_path):
+    """The file holds content-frame values on the run's grid; with prompt gauges (a reflection among
+    them) the solver's gauge-frame slices, turned back, are those values: the same state as the
+    von Mises-Fisher law the config itself makes (band-limited to round-off at lmax = 18)."""
+    prompts = {"model": {"d": 3}, "aux": {"kind": "prompts", "n_prompts": 3}, "factor": {"kind": "none"}}
+    gauge = {"kind": "prompt", "seed": 0}
+    vmf = {"grid": None, "lmax": 18, "centers": [[0.0, 0.6, 0.8]], "kappa": 1.0}
+    made = build_density(_config({**prompts, "gauge": gauge, "density": vmf}))
+    values = np.asarray(content_values(made.field, made.state0.a, made.wigner))
+    assert values.shape == (3, 30, 57) and np.ptp(values) > 0.1  # the grid at lmax = 18, beta = 1
+    np.save(tmp_path / "f0.npy", 2.0 * values[0])  # one row for every label, any mass
+    read = build_density(
+        _config(
+            {
+                **prompts,
+                "gauge": gauge,
+                "density": {"grid": None, "lmax": 18, "path": str(tmp_path / "f0.npy")},
+            }
+        )
+    )
+    np.testing.assert_allclose(np.asarray(read.state0.a), np.asarray(made.state0.a), atol=1e-14)
 
 
 def test_memory_bound_names_the_grid():

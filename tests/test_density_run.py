@@ -304,9 +304,9 @@ BAD = [  # (changes or a maker of changes, words the one line must hold)
     (_planar_gauge_file_on_the_sphere, ["gauge.path", "(3, 3, 3)", "(3, 2, 2)"]),
     ({"density": {"path": None, "init": "vmf", "centers": [[1.0, 0.0]], "kappa": 400.0}}, ["density.kappa"]),
     ({"density": {"path": None, "amplitude": 1.5}}, ["density.amplitude", "1.5"]),
-    (
+    (  # the circle's (3, 40) file given to a sphere run: its grid is latitudes x longitudes
         {"model": {"d": 3}, "gauge": {"kind": "none"}, "density": {"grid": None, "lmax": 24}},
-        ["density.init", "'file'"],
+        ["density.path", "(3, 40)", "(3, 38, 74)"],
     ),
 ]
 

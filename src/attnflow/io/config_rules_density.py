@@ -72,12 +72,6 @@ def _density_solver_fits(config) -> None:
             f"one of {DENSITY_METHODS} with a [density] section (fixed steps; a density is not renormalised)",
             method,
         )
-    if density.lmax is not None and density.init == "file":
-        raise ConfigError.from_parts(
-            "density.init",
-            "'uniform' or 'vmf' with `density.lmax` (an initial law from a file: on S^1 only so far)",
-            density.init,
-        )
 
 
 def _density_mixture_fits(config) -> None:

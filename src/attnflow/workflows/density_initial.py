@@ -4,8 +4,10 @@
   P_mode(⟨x, c_ξ⟩)) / 4π`` on S^2, a phase ``φ_ξ`` or a direction ``c_ξ`` per label drawn from ``seed``
   (NumPy's PCG64);
 - ``init = "vmf"``: the mixture ``Σ_j w_j vMF(c_j, κ)``, the same law for every label;
-- ``init = "file"`` (S^1): the values on the grid, ``(L, M)`` or ``(M,)``, finite, non-negative, of
-  positive mass in every row.
+- ``init = "file"``: the values on the grid, ``(L, M)`` or ``(M,)`` on S^1, ``(L, nlat, nlon)`` or
+  ``(nlat, nlon)`` on S^2 (the Gauss–Legendre latitudes and the longitudes of the run's grid, as
+  ``density.zarr`` stores them), finite, non-negative, of positive mass in every row; on S^2 in the
+  content frame, turned to the gauge frame by the inverse Wigner matrices.
 
 Each label's slice has mass 1 (rows rescaled by the trapezoid rule, exact for the interpolant; on S^2
 the harmonic projection divided by its mass). On S^2 the solver holds gauge-frame slices
@@ -25,6 +27,7 @@ import scipy.special
 from attnflow.io.arrays import ArrayFileError, load_array
 from attnflow.io.config import Config, ConfigError
 from attnflow.numerics import density_circle as dc
+from attnflow.numerics import density_rotation
 from attnflow.numerics import density_sphere as ds
 
 __all__ = ["circle_initial", "load_checked", "sphere_initial"]
@@ -68,30 +71,30 @@ def circle_initial(config: Config, labels: dc.LabelQuadrature, grid: int) -> dc.
                 / (2 * np.pi * scipy.special.ive(0, kappa))
             )
     else:
-        values = _checked_file(density.path, count, grid)
+        values = _checked_file(density.path, count, (grid,))
     return dc.make_circle_density(values, grid=grid, labels=count)
 
 
-def _checked_file(path, count: int, grid: int) -> np.ndarray:
-    """The initial density's grid values read from ``path``: ``(count, grid)`` or ``(grid,)``,
-    finite, non-negative, every row of positive mass."""
+def _checked_file(path, count: int, shape: tuple[int, ...]) -> np.ndarray:
+    """The initial density's grid values read from ``path``: ``(count, *shape)`` or ``shape`` (S^1:
+    ``(grid,)``; S^2: ``(nlat, nlon)``), finite, non-negative, every row of positive mass."""
     values = load_checked("density.path", path)
-    rows = values[None, :] if values.ndim == 1 else values
-    if rows.ndim != 2 or rows.shape[1] != grid or rows.shape[0] not in (1, count):
-        shapes = f"({count}, {grid}) (one row per label node) or ({grid},)" if count > 1 else f"({grid},)"
+    rows = values[None] if values.ndim == len(shape) else values
+    if rows.ndim != len(shape) + 1 or rows.shape[1:] != shape or rows.shape[0] not in (1, count):
+        shapes = f"{(count, *shape)} (one row per label node) or {shape}" if count > 1 else str(shape)
+        grid = "the grid" if len(shape) == 1 else "the grid (Gauss-Legendre latitudes x longitudes)"
         raise _fail(
             "density.path",
-            f"an array of shape {shapes}: the values on the grid",
+            f"an array of shape {shapes}: the values on {grid}",
             f"{path} with shape {values.shape}",
         )
     if rows.min() < 0.0:
-        row, column = np.unravel_index(int(np.argmin(rows)), rows.shape)
+        row, *where = np.unravel_index(int(np.argmin(rows)), rows.shape)
+        place = f"angle index {where[0]}" if len(shape) == 1 else f"grid point {tuple(int(i) for i in where)}"
         raise _fail(
-            "density.path",
-            "non-negative (a density)",
-            f"{rows.min():.3g} at label row {row}, angle index {column}",
+            "density.path", "non-negative (a density)", f"{rows.min():.3g} at label row {row}, {place}"
         )
-    empty = np.flatnonzero(rows.sum(axis=1) <= 0.0)
+    empty = np.flatnonzero(rows.reshape(rows.shape[0], -1).sum(axis=1) <= 0.0)
     if empty.size:
         raise _fail(
             "density.path",
@@ -124,27 +127,38 @@ def sphere_initial(config: Config, field: ds.SphereDensityField, labels, frames)
     by ``Q_l`` (``frames (L, 3, 3)``; None: no gauge), on the grid, then projected on the harmonics
     and each slice rescaled to mass 1."""
     density, count = config.density, labels.size
-    frames = np.broadcast_to(np.eye(3), (count, 3, 3)) if frames is None else np.asarray(frames)
+    turns = np.broadcast_to(np.eye(3), (count, 3, 3)) if frames is None else np.asarray(frames)
     points = np.asarray(field.grid_points())  # (3, nlat, nlon)
     if density.init == "uniform":
-        directions = _turn(frames, _random_directions(density.seed, count))
+        directions = _turn(turns, _random_directions(density.seed, count))
         cosines = np.einsum("lc,cab->lab", directions, points)
         wave = scipy.special.eval_legendre(density.mode, cosines)
         values = (1.0 + density.amplitude * wave) / (4 * np.pi)
+    elif density.init == "file":  # content-frame values: their harmonics turned to the gauge frame
+        rows = _checked_file(density.path, count, tuple(points.shape[1:]))
+        values = jnp.asarray(np.broadcast_to(rows, (count, *points.shape[1:])))
+        turn = (
+            None
+            if frames is None
+            else density_rotation.wigner_blocks(np.transpose(frames, (0, 2, 1)), field.lmax)
+        )
+        return _sphere_projection(field, values, turn)
     else:
         values = np.zeros((count, *points.shape[1:]))
         kappa = density.kappa
         norm = kappa / (2 * np.pi * -np.expm1(-2 * kappa))
         for center, weight in zip(density.centers, _mixture_weights(density), strict=True):
             c = np.asarray(center, dtype=np.float64) / np.linalg.norm(center)
-            cosines = np.einsum("lc,cab->lab", _turn(frames, c), points)
+            cosines = np.einsum("lc,cab->lab", _turn(turns, c), points)
             values += weight * norm * np.exp(kappa * (cosines - 1.0))
-    return _sphere_projection(field, jnp.asarray(values))
+    return _sphere_projection(field, jnp.asarray(values), None)
 
 
 @jax.jit
-def _sphere_projection(field: ds.SphereDensityField, values: jax.Array) -> ds.SphereDensity:
-    """The harmonics of grid values ``(L, nlat, nlon)``, each slice rescaled to mass 1 (one compiled
-    program: the transform's operations one by one would each compile)."""
-    state = field.initial(values)
+def _sphere_projection(field: ds.SphereDensityField, values: jax.Array, turn) -> ds.SphereDensity:
+    """The harmonics of grid values ``(L, nlat, nlon)`` (``turn``: Wigner matrices applied to them;
+    None: none), each slice rescaled to mass 1 (one compiled program: the transform's operations one
+    by one would each compile)."""
+    a = field.initial(values).a
+    state = ds.SphereDensity(a=a if turn is None else density_rotation.rotate_coefficients(a, turn))
     return ds.SphereDensity(a=state.a / field.mass(state)[:, None, None])
