@@ -212,14 +212,17 @@ def test_the_bound_holds_at_stages_of_radius_1_1(beta, tolerance, normalization)
     x = pf.STAGE_RADIUS * sphere.sample_uniform(jax.random.key(3), n, d)
     x = x.at[1].set(-x[0]).at[2].set(x[0])  # an antipodal and an equal pair: s = -1.21 and 1.21
     options = dict(normalization=normalization, causal=False, value="gradient")
-    exact, approx = jax.jit(
+    exact, approx, beyond = jax.jit(
         lambda x: (
             dynamics.make_vector_field(kernel, **options)(x),
             _expansion_field(kernel, tolerance=tolerance, **options)(x),
+            _expansion_field(kernel, tolerance=tolerance, **options)(x.at[5].multiply(1.001)),
         )  # fmt: skip
     )(x)
     scale = (float(kernel.profile.scale) if normalization == "usa" else 1.0) * pf.STAGE_RADIUS
     assert float(jnp.max(jnp.abs(approx - exact))) / scale <= tolerance + ROUND_OFF
+    # one token beyond the radius (1.1011): the bound does not hold there, so no field is returned
+    assert np.isnan(np.asarray(beyond)).all()
     # the former shell: its degree's polynomial misses e^{β(s−1)} at s = 1.21 by more than tolerance
     old = next(k for k in range(pf.MAX_DEGREE) if pf.tail_bound(beta, k, shell=1.05) <= tolerance)
     c = pf.monomial_coefficients(beta, old, shell=1.05)
@@ -347,3 +350,29 @@ def test_the_lanes_of_a_global_sum_cover_every_token_once(d, n, chunks):
     whole = plan.evaluate(u, plan.weighted(plan.moments(u, y)))
     # sums of n terms of size <= 5 e^{β(SHELL−1)} |y| ~ 15: round-off of the order of 1e-13
     np.testing.assert_allclose(lanes_sum, whole, rtol=0, atol=1e-12)
+
+
+def test_a_step_whose_stages_leave_the_radius_ends_the_run_as_nonfinite():
+    """RK4 at dt = 2 (beta = 1, spread data): the second step's last stage x + dt k3 reaches
+    |x| = 1.7 (k3 is tangent at another point), where the expansion's bound no longer holds; the
+    run stops with ``nonfinite`` at its last snapshot inside, while the exact path, whose sums hold
+    at any radius, goes on."""
+    from attnflow.numerics import integrators
+    from attnflow.numerics.solve import solve
+    from attnflow.numerics.status import Status
+
+    n, d, dt = 64, 3, 2.0
+    kernel = Kernel(gauges.IdentityGauge(n=n, d=d), factors.NoFactor(n=n), make_profile("exp", beta=1.0))
+    x0 = sphere.sample_uniform(jax.random.key(5), n, d)
+    opts = dict(integrator=integrators.RK4(), dt=dt, t_end=2 * dt, save_every=dt)
+    field = dynamics.make_vector_field(kernel)
+    exact = solve(field, x0, **opts)
+    assert exact.status == Status.ok and np.isfinite(exact.xs).all()
+    x = jnp.asarray(exact.xs[1])  # the second step's stages, with the exact field
+    k2 = field(x + dt / 2 * field(x))
+    last_stage = x + dt * field(x + dt / 2 * k2)
+    assert float(jnp.max(jnp.linalg.norm(last_stage, axis=1))) > 1.5  # 1.7: far beyond STAGE_RADIUS = 1.1
+    approx = solve(dynamics.make_vector_field(kernel, interaction="expansion"), x0, **opts)
+    assert approx.status == Status.nonfinite
+    np.testing.assert_array_equal(approx.ts, exact.ts[:2])  # the last snapshot inside the radius
+    np.testing.assert_allclose(approx.xs, exact.xs[:2], rtol=0, atol=1e-9)

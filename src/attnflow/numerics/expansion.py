@@ -33,7 +33,9 @@ A causal sum with the distance bias needs labels monotone in token order.
 Error (``expansion_degree``): with ``ε = tail_bound(β, L)`` the kernel error for ``|s| <= SHELL``,
 that is wherever the field is evaluated with every ``|x_i| <= STAGE_RADIUS = 1.1`` (the Runge–Kutta
 stages off the sphere included, ``attnflow.numerics.polynomial_features``; the bounds below hold
-there, ``max_j |y_j|`` taken at the stage),
+there, ``max_j |y_j|`` taken at the stage; a stage beyond it, never met in practice (radii up to
+1.0011 measured), gives NaN, so the run stops with the status ``nonfinite`` instead of going on with
+an unbounded error),
 - "usa": ``|Δg_i| <= ε · φ'(1) · max_j |y_j|`` (``|w| <= 1`` for the supported factors): the
   tolerance is relative to the field's scale ``φ'(1) max|y|``;
 - "sa": the relative kernel error is at most ``ε e^{β(1+SHELL)}``, and
@@ -373,7 +375,8 @@ def _kernel_sum(plan: _Plan, factor, profile, q, k, y, *, causal) -> jax.Array:
 
 def _normalized_sum(kernel: Kernel, q, k, values, *, normalization, causal, tolerance, guard: bool):
     """``_kernel_sum`` of ``values`` normalised by ``φ'(1)/n`` ("usa") or by the same sum of ones
-    ("sa"; with ``guard``, a row that sees nothing sums to zero)."""
+    ("sa"; with ``guard``, a row that sees nothing sums to zero); NaN where a query or key lies
+    beyond ``STAGE_RADIUS`` (``_within_the_shell``)."""
     n, dv = values.shape
     degree = _check(kernel, q.shape[1], normalization, tolerance)
     plan = _Plan(_beta(kernel), degree, q.shape[1], q.dtype)
@@ -383,10 +386,21 @@ def _normalized_sum(kernel: Kernel, q, k, values, *, normalization, causal, tole
         summed = _kernel_sum(plan, kernel.factor, kernel.profile, q, k, with_ones, causal=causal)
         if guard:
             den = summed[:, dv:]
-            return jnp.where(den > 0, summed[:, :dv] / jnp.where(den > 0, den, 1.0), 0.0)
-        return summed[:, :dv] / summed[:, dv:]
+            rows = jnp.where(den > 0, summed[:, :dv] / jnp.where(den > 0, den, 1.0), 0.0)
+            return _within_the_shell(rows, q, k)
+        return _within_the_shell(summed[:, :dv] / summed[:, dv:], q, k)
     summed = _kernel_sum(plan, kernel.factor, kernel.profile, q, k, y, causal=causal)
-    return summed * (kernel.profile.scale / n).astype(q.dtype)
+    return _within_the_shell(summed * (kernel.profile.scale / n).astype(q.dtype), q, k)
+
+
+def _within_the_shell(out: jax.Array, q: jax.Array, k: jax.Array) -> jax.Array:
+    """``out``, or NaN everywhere if a query or a key lies beyond ``STAGE_RADIUS``: the error bound
+    holds only inside it, so a Runge–Kutta stage that left it (a step far too large for the field)
+    ends the run with the status ``nonfinite`` rather than with a field of unknown error. Inside,
+    ``out`` is returned unchanged (a select: the same bits)."""
+    radius_squared = jnp.maximum(jnp.max(jnp.sum(q * q, axis=1)), jnp.max(jnp.sum(k * k, axis=1)))
+    shell = pf.SHELL * (1.0 + 64 * jnp.finfo(q.dtype).eps)  # a stage at 1.1 to round-off is inside
+    return jnp.where(radius_squared <= shell, out, jnp.nan)
 
 
 def expansion_sum(

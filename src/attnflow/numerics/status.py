@@ -43,8 +43,9 @@ class Status(enum.StrEnum):
 _MESSAGES = {
     Status.ok: "the run reached t_end.",
     Status.nonfinite: (
-        "the state left the reals (NaN or inf): reduce `dt` or `beta`, or use float64; the run stops at "
-        "its last finite snapshot."
+        "the state left the reals (NaN or inf), or a Runge–Kutta stage of the expansion left the radius "
+        "1.1 where its error bound holds: reduce `dt` or `beta`, or use float64; the run stops at its last "
+        "finite snapshot."
     ),
     Status.max_steps: (
         "the adaptive controller ran out of steps (`max_steps_per_snapshot` before a snapshot, or "
