@@ -161,6 +161,29 @@ def test_resume_is_bitwise_the_uninterrupted_run(tmp_path):
     assert series[0] == series[1]
 
 
+def test_an_adaptive_run_meets_the_fixed_step_run_and_is_not_resumed(tmp_path):
+    np.save(tmp_path / "f0.npy", _f0(3))
+    for name, method in (("fixed", "rk4"), ("adaptive", "adaptive")):
+        path = _write(tmp_path, _changed(CIRCLE, {"solver": {"method": method}}), name=f"{name}.toml")
+        result = invoke("run", str(path), "--out", str(tmp_path / name))
+        assert result.exit_code == 0, result.output
+    fixed, adaptive = (read_density(tmp_path / name / "density.zarr") for name in ("fixed", "adaptive"))
+    assert np.array_equal(fixed.ts, adaptive.ts) and adaptive.status == "ok"
+    f, g = fixed.arrays["f"], adaptive.arrays["f"]
+    # Dormand-Prince at rtol 1e-8 (6 steps) against RK4 at dt = 0.05 (20 steps): measured 2.4e-8 of
+    # the law's motion (RK4's own error); a wrong field or a skipped stage is far outside
+    assert np.max(np.abs(g - f)) <= 1e-6 * np.max(np.abs(f[-1] - f[0]))
+    metrics = json.loads((tmp_path / "adaptive" / "metrics.json").read_text())
+    assert (
+        metrics["mass_error"] <= 1e-12 and metrics["energy_monotone"] is True and metrics["run"]["steps"] > 0
+    )
+    # its step-size state is not stored: no resume (one line, exit 2)
+    result = invoke("run", str(tmp_path / "adaptive.toml"), "--out", str(tmp_path / "adaptive"), "--resume")
+    assert (
+        result.exit_code == 2 and "adaptive" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    )
+
+
 def test_resume_refuses_another_config(tmp_path):
     config = _write(tmp_path, CIRCLE, f0=_f0(3))
     out = tmp_path / "run"
@@ -297,7 +320,7 @@ BAD = [  # (changes or a maker of changes, words the one line must hold)
     ({"init": {"kind": "cap"}}, ["init.kind", "[density]"]),
     ({"model": {"layer_norm": "pre"}}, ["model.layer_norm", "[density]"]),
     ({"model": {"noise": 0.1}}, ["model.noise", "[density]"]),
-    ({"solver": {"method": "adaptive"}}, ["solver.method", "adaptive"]),
+    ({"solver": {"method": "geodesic_rk4"}}, ["solver.method", "geodesic_rk4"]),
     ({"solver": {"dt": 0.25}}, ["solver.dt", "at most", "0.25"]),
     ({"model": {"d": 3}}, ["model.d", "density.grid"]),
     ({"attention": {"heads": 2}}, ["attention", "[density]"]),

@@ -5,7 +5,7 @@ which particle keys it refuses, its domain, labels, solver and initial law. Each
 from attnflow.io.config_errors import ConfigError, as_lists, numbers
 from attnflow.io.config_unused import check_density_unused
 
-DENSITY_METHODS = ("euler", "rk4")  # fixed steps with the identity retraction (a density is not renormalised)
+DENSITY_METHODS = ("euler", "rk4", "adaptive")  # the identity retraction: a density is not renormalised
 # every gauge passes on S^2 as on S^1: the solver works in the gauge frame and turns its slices back
 DENSITY_SPHERE_GAUGES = ("none", "rope", "generalized_rope", "prompt", "file")
 
@@ -69,7 +69,8 @@ def _density_solver_fits(config) -> None:
     if method not in DENSITY_METHODS:
         raise ConfigError.from_parts(
             "solver.method",
-            f"one of {DENSITY_METHODS} with a [density] section (fixed steps; a density is not renormalised)",
+            f"one of {DENSITY_METHODS} with a [density] section (a density is not renormalised: no "
+            "geodesic steps)",
             method,
         )
 

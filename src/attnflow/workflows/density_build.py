@@ -41,7 +41,7 @@ from attnflow.io.density_store import DensityArray
 from attnflow.numerics import density_circle as dc
 from attnflow.numerics import density_rotation
 from attnflow.numerics import density_sphere as ds
-from attnflow.numerics.integrators import RK4, Euler, Integrator
+from attnflow.numerics.integrators import RK4, Adaptive, Euler, Integrator
 from attnflow.numerics.saving import snapshot_count, whole_multiple
 from attnflow.workflows.density_initial import circle_initial, load_checked, sphere_initial
 
@@ -53,7 +53,7 @@ _CIRCLE_COPIES = 40
 _SPHERE_GRID_COPIES = 40  # per label: grid values of f, 3 velocity, 3 flux, 3 cross components, ...
 _SPHERE_COEFF_COPIES = 24  # per label: the harmonic coefficients of the stages and the ladders
 MEMORY_SHARE = 0.5  # a density run may take at most this share of the machine's memory
-DENSITY_METHODS = {"euler": Euler, "rk4": RK4}
+DENSITY_METHODS = {"euler": Euler, "rk4": RK4, "adaptive": Adaptive}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,9 +71,9 @@ class DensityRun:
     field: object
     state0: object
     labels: dc.LabelQuadrature
-    integrator: Integrator
+    integrator: Integrator  # Adaptive: error-controlled steps from a first trial step ``dt``
     dt: float
-    steps_per_snapshot: int
+    steps_per_snapshot: int  # fixed steps per snapshot (0 for adaptive steps)
     snapshots: int  # snapshots in all, the initial one included
     save_every: float
     safe_dt: float
@@ -82,6 +82,7 @@ class DensityRun:
     coords: dict[str, tuple]
     frames: np.ndarray | None = None
     wigner: np.ndarray | None = None
+    max_steps: int | None = None  # adaptive: trial steps of the whole run (``solver.max_steps``)
 
 
 def _fail(key: str, constraint: str, value, hint: str = "") -> ConfigError:
@@ -323,13 +324,17 @@ def build_density(config: Config) -> DensityRun:
             f"share {float(tail):.3g}, negative mass {float(negative):.3g}",
             hint=f"Raise {domain_key}, or smooth the initial law.",
         )
-    steps = whole_multiple("save_every", solver.save_every, "dt", solver.dt)
+    if solver.method == "adaptive":
+        steps, integrator = 0, Adaptive(retraction="none", rtol=solver.rtol, atol=solver.atol)
+    else:
+        steps = whole_multiple("save_every", solver.save_every, "dt", solver.dt)
+        integrator = DENSITY_METHODS[solver.method](retraction="none")
     return DensityRun(
         domain=domain,
         field=field,
         state0=state0,
         labels=labels,
-        integrator=DENSITY_METHODS[solver.method](retraction="none"),
+        integrator=integrator,
         dt=float(solver.dt),
         steps_per_snapshot=steps,
         snapshots=snapshot_count(solver.t_end, solver.save_every),
@@ -340,6 +345,7 @@ def build_density(config: Config) -> DensityRun:
         coords=_coords(domain, field, labels),
         frames=frames,
         wigner=wigner,
+        max_steps=solver.max_steps,
     )
 
 

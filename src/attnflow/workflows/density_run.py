@@ -10,7 +10,10 @@ snapshot), then ``metrics.json`` and the figures, and the status last.
 The loop advances one snapshot per call of one compiled program (``density_solve.integrate`` with
 the particles' RK4 or Euler, identity retraction, and the resolution status), from the state as
 stored: a resumed run (``resume=True``) continues from its last stored snapshot through the same
-program on the same bits, so it is bitwise the run that never stopped. The first snapshot whose
+program on the same bits, so it is bitwise the run that never stopped. ``solver.method =
+"adaptive"``: Dormand–Prince with error control (the particles' ``AdaptiveSteps`` through their
+``advance``, the resolution status as its check), the step-size state carried from one snapshot to
+the next (not stored: such a run is not resumed). The first snapshot whose
 law is no longer resolved (``under_resolved``) or not finite ends the run at the last resolved one;
 the status is the run's (``attnflow.numerics.status.Status``; the command line exits 3).
 
@@ -41,7 +44,12 @@ from attnflow.io.store import snapshot_time
 from attnflow.io.version import __version__
 from attnflow.numerics import density_circle as dc
 from attnflow.numerics import density_sphere as ds
-from attnflow.numerics.density_solve import integrate
+from attnflow.numerics.density_solve import integrate, run_status
+from attnflow.numerics.integrators import Adaptive
+from attnflow.numerics.saving import SaveAt
+from attnflow.numerics.solve import Problem, advance
+from attnflow.numerics.status import Status
+from attnflow.numerics.steps import AdaptiveSteps
 from attnflow.viz import density as density_figures
 from attnflow.workflows.density_build import (
     DensityRun,
@@ -81,6 +89,11 @@ def run_density(
 
 
 def _check_resumable(folder: Path, resolved: dict) -> None:
+    if resolved["solver"]["method"] == "adaptive" and (folder / STORE).exists():
+        raise ConfigError(
+            "run: `--resume` must continue a fixed-step density run (euler, rk4); got an adaptive one, "
+            "whose step-size state is not stored. Pass --overwrite to start again."
+        )
     if (folder / "trajectory.zarr").exists():
         raise ConfigError(
             f"run: `--resume` must continue a density run; got a particle run's folder {str(folder)!r} "
@@ -121,6 +134,55 @@ def _advance(field, state, *, integrator, dt: float, steps: int):
         status=lambda s: module.status_code(field, s),
     )
     return jax.tree.map(lambda leaf: leaf[-1], states), codes[-1]
+
+
+@jax.jit
+def _advance_adaptive(problem: Problem, carry, t_target):
+    """``carry`` (state, key, step-size state, status) on to ``t_target`` by error-controlled steps
+    (the particles' ``advance``), checked by the resolution status: ``(carry, Status code, stats)``,
+    ``stats`` the (accepted, rejected, evaluations) of the way."""
+    carry, (_, codes, stats) = advance(problem, carry, jnp.reshape(t_target, (1,)))
+    return carry, codes[0], stats[0]
+
+
+class _Stepper:
+    """One snapshot on per call, by the run's fixed steps (``_advance``) or adaptive steps
+    (``_advance_adaptive``): ``state, Status, steps taken = stepper(state, t_target)``; the first
+    call compiles (``compile_time``)."""
+
+    def __init__(self, run: DensityRun) -> None:
+        self.run, self.program, self.carry, self.compile_time = run, None, None, 0.0
+        if isinstance(run.integrator, Adaptive):
+            self.problem = Problem(
+                run.field,
+                run.integrator,
+                AdaptiveSteps(
+                    rtol=run.integrator.rtol,
+                    atol=run.integrator.atol,
+                    dt0=run.dt,
+                    max_steps_total=run.max_steps,
+                ),
+                SaveAt(run.save_every * (run.snapshots - 1), run.save_every),
+                check=run_status,
+            )
+
+    def __call__(self, state, t_target: float):
+        run, tic = self.run, time.perf_counter()
+        if not isinstance(run.integrator, Adaptive):
+            if self.program is None:
+                options = dict(integrator=run.integrator, dt=run.dt, steps=run.steps_per_snapshot)
+                self.program = _advance.lower(run.field, state, **options).compile()
+                self.compile_time = time.perf_counter() - tic
+            moved, code = self.program(run.field, state)
+            return moved, dc.DensityStatus.from_code(int(code)).status, run.steps_per_snapshot
+        if self.carry is None:
+            policy = self.problem.stepsize
+            self.carry = (state, jax.random.key(0), policy.init(run.integrator, state), np.int32(0))
+            target = np.asarray(t_target, np.float64)
+            self.program = _advance_adaptive.lower(self.problem, self.carry, target).compile()
+            self.compile_time = time.perf_counter() - tic
+        self.carry, code, stats = self.program(self.problem, self.carry, np.asarray(t_target, np.float64))
+        return self.carry[0], Status.from_codes(int(code)).item(), int(stats[0] + stats[1])
 
 
 def _resultants(field, state, frames):
@@ -229,25 +291,19 @@ def _run_in_folder(run: DensityRun, out_dir: Path, resolved: dict, *, resume: bo
             series.add(0.0, measure(run.field, state))
         if progress is not None:
             progress(writer.n_snapshots, run.snapshots)
-        code = dc.DensityStatus.ok.code
-        if writer.n_snapshots < run.snapshots:
-            tic = time.perf_counter()
-            options = dict(integrator=run.integrator, dt=run.dt, steps=run.steps_per_snapshot)
-            advance = _advance.lower(run.field, state, **options).compile()
-            compile_time = time.perf_counter() - tic
-            for k in range(writer.n_snapshots, run.snapshots):
-                moved, code = advance(run.field, state)
-                code = int(code)
-                steps += run.steps_per_snapshot
-                if code != dc.DensityStatus.ok.code:
-                    break  # the law left the grid's resolution (or the reals): stop at the last resolved one
-                state = moved
-                t = snapshot_time(k, run.save_every)
-                writer.append(t, snapshot_arrays(run, state))
-                series.add(t, measure(run.field, state))
-                if progress is not None:
-                    progress(k + 1, run.snapshots)
-        status = str(dc.DensityStatus.from_code(code).status)
+        outcome, stepper = Status.ok, _Stepper(run)
+        for k in range(writer.n_snapshots, run.snapshots):
+            t = snapshot_time(k, run.save_every)
+            moved, outcome, taken = stepper(state, t)
+            compile_time, steps = stepper.compile_time, steps + taken
+            if outcome != Status.ok:
+                break  # the law left the grid's resolution (or the reals): stop at the last resolved one
+            state = moved
+            writer.append(t, snapshot_arrays(run, state))
+            series.add(t, measure(run.field, state))
+            if progress is not None:
+                progress(k + 1, run.snapshots)
+        status = str(outcome)
     except KeyboardInterrupt:
         if writer is None:
             if not resume:  # stopped before the store: nothing computed
