@@ -6,6 +6,7 @@ with both (tests/test_findings.py).
 """
 
 import csv
+import re
 
 import jax.numpy as jnp
 import numpy as np
@@ -197,6 +198,10 @@ def test_cli_landscape(tmp_path):
     args = ["landscape", str(path), "--out", str(out), "--starts", "2", "--continue", "beta=1.8:2.2:0.2"]
     result = runner.invoke(app, args)
     assert result.exit_code == EXIT_OK, result.output
+    # progress from the first start on, counted in starts (off a terminal: plain lines)
+    first = re.search(r"^landscape: solving 0/(\d+) starts \(0%\) \[\d+\.\d s\]$", result.stdout, re.M)
+    assert first, result.stdout
+    assert re.search(rf"^landscape: solving {first[1]}/{first[1]} starts \(100%\)", result.stdout, re.M)
     for name in (
         "states.csv",
         "states.npz",

@@ -118,7 +118,7 @@ def reproduce(
         interrupts.on_stop(continues=f"`{resume_command(out, settings, ids)}` continues")
         with (
             disk_failures(out, kept="every experiment it finished (--resume continues)"),
-            progress_report("reproduce", "compiling") as report,
+            progress_report("reproduce", "compiling", "snapshots") as report,
         ):
             options = dict(quick=quick, only=ids, sizes=token_counts, n_seeds=seeds, workers=workers)
             options.update(overrides=tuple(set_), resume=resume, overwrite=overwrite)
@@ -194,7 +194,7 @@ def realize(
         enable_persistent_cache()  # a cache folder another user could write: one line, exit 2
         with (
             disk_failures(out, kept="every completed snapshot"),
-            progress_report("realize", "simulating") as bar,
+            progress_report("realize", "simulating", "snapshots") as bar,
         ):
             interrupts.on_stop(
                 kept=f"{str(out)!r} keeps the snapshots computed so far (--overwrite runs it again)"

@@ -112,7 +112,7 @@ def sweep(
         kept = "every finished point (a second run skips them)"
         interrupts.on_stop(kept=f"{str(out)!r} keeps every finished point; the same command continues "
                            "(finished points are skipped).")  # fmt: skip
-        with disk_failures(out, kept=kept), progress_report("sweep", "simulating") as report:
+        with disk_failures(out, kept=kept), progress_report("sweep", "simulating", "points") as report:
             progress = interrupts.checked(report)
             summary = run_sweep(plan, out, scheduler=scheduler, workers=workers, progress=progress, tls=tls)
     for message, count in summary.warnings.items():
@@ -195,8 +195,11 @@ def landscape(
 
     with user_errors():
         continuation = None if continue_ is None else parse_continuation(continue_)
-        with disk_failures(out):
-            result = run_landscape(cfg, out, starts=starts, continuation=continuation, overwrite=overwrite)
+        with disk_failures(out), progress_report("landscape", "solving", "starts") as report:
+            result = run_landscape(
+                cfg, out, starts=starts, continuation=continuation, overwrite=overwrite,
+                progress=interrupts.checked(report),
+            )  # fmt: skip
     best = result.states[0] if result.states else None
     rows = {"states": len(result.states), "starts": len(result.starts)}
     if best is not None:

@@ -11,8 +11,20 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from attnflow.cli import console
 
 
+def duration(seconds: float) -> str:
+    """A time left as a reader wants it: ``"40 s"``, ``"3 min"``, ``"1.5 h"``."""
+    if seconds < 60:
+        return f"{max(seconds, 1):.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 class ProgressReport:
-    """A command's progress: a stage label and ``done/total``, with the time since it started.
+    """A command's progress: a stage label and ``done/total`` in ``unit`` (snapshots, frames, runs),
+    with the time since it started and, once the count has run for a second, an estimate of the
+    time left at the rate since the latest new stage began (a compilation before it is not taken
+    for the rate).
 
     On a terminal, a rich bar on stderr (its count blank until the total is known). Off a terminal
     (CI, a SLURM log), plain lines on stdout from the library's first call on (bad input found
@@ -22,16 +34,19 @@ class ProgressReport:
     label from then on); ``report.stage(name)`` changes only the label.
     """
 
-    def __init__(self, command: str, stage: str, bar: Progress | None) -> None:
-        self.command, self.bar, self.start = command, bar, time.perf_counter()
+    def __init__(self, command: str, stage: str, bar: Progress | None, unit: str = "") -> None:
+        self.command, self.bar, self.start, self.unit = command, bar, time.perf_counter(), unit
         self.label, self.done, self.total, self.tenths = stage, 0, None, 0
         self.seen = {stage}
+        self.since = None  # (time, done) of the current stage's first count: the rate's origin
         self.task = None if bar is None else bar.add_task(f"{command}: {stage}", total=None, count="")
 
     def __call__(self, done: int, total: int, *, stage: str | None = None) -> None:
         first, self.done, self.total = self.total is None, done, total
         tenths = 10 * done // total if total else 0
         new = stage is not None and stage not in self.seen
+        if self.since is None or new:
+            self.since = (time.perf_counter(), done)
         self.label = stage or self.label
         self.seen.add(self.label)
         self._show(line=first or new or tenths > self.tenths)
@@ -43,7 +58,22 @@ class ProgressReport:
             self(self.done, self.total, stage=name)
 
     def _count(self) -> str:
-        return "" if not self.total else f"{self.done}/{self.total} ({100 * self.done // self.total}%)"
+        if not self.total:
+            return ""
+        unit = f" {self.unit}" if self.unit else ""
+        text = f"{self.done}/{self.total}{unit} ({100 * self.done // self.total}%)"
+        return text + (f", about {self.left} left" if self.left else "")
+
+    @property
+    def left(self) -> str | None:
+        """The time left at the current stage's rate, once it has counted for a second."""
+        if self.since is None or not self.total or self.done >= self.total:
+            return None
+        start, done0 = self.since
+        elapsed = time.perf_counter() - start
+        if elapsed < 1.0 or self.done <= done0:
+            return None
+        return duration(elapsed * (self.total - self.done) / (self.done - done0))
 
     def _show(self, *, line: bool) -> None:
         if self.bar is not None:
@@ -56,14 +86,15 @@ class ProgressReport:
 
 
 @contextlib.contextmanager
-def progress_report(command: str, stage: str) -> Iterator[ProgressReport]:
-    """The progress of ``command``, from ``stage`` on: a bar on a terminal, plain lines otherwise."""
+def progress_report(command: str, stage: str, unit: str = "") -> Iterator[ProgressReport]:
+    """The progress of ``command``, from ``stage`` on, counted in ``unit``: a bar on a terminal,
+    plain lines otherwise."""
     if not console.stderr.is_terminal:
-        yield ProgressReport(command, stage, None)
+        yield ProgressReport(command, stage, None, unit)
         return
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[count]}"))
     with Progress(*columns, TimeElapsedColumn(), console=console.stderr, transient=True) as bar:
-        yield ProgressReport(command, stage, bar)
+        yield ProgressReport(command, stage, bar, unit)
 
 
 def snapshot_stages(report: ProgressReport):

@@ -41,6 +41,7 @@ import dataclasses
 import math
 import re
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -251,14 +252,23 @@ def same_state(kernel: Kernel, a: State, b: State) -> bool:
 
 
 def find_states(
-    sim: Simulation, *, starts: int, seed: int = 0, gradient_tol: float = landscape.GRADIENT_TOL
+    sim: Simulation,
+    *,
+    starts: int,
+    seed: int = 0,
+    gradient_tol: float = landscape.GRADIENT_TOL,
+    progress: Callable[[int, int], None] | None = None,
 ) -> tuple[list[State], dict[str, dict]]:
     """Newton from every start; the distinct converged states (highest energy first) and, per start,
-    where it went (``state`` index or ``None``) and its final gradient norm."""
+    where it went (``state`` index or ``None``) and its final gradient norm. ``progress(done,
+    total)``: starts solved, from 0 before the first."""
     kernel, block = sim.kernel, sim.block_size
     found: list[State] = []
     log: dict[str, dict] = {}
-    for name, x0 in start_states(sim, starts=starts, seed=seed).items():
+    begins = start_states(sim, starts=starts, seed=seed)
+    for k, (name, x0) in enumerate(begins.items()):
+        if progress is not None:
+            progress(k, len(begins))
         result = landscape.newton(kernel, x0, gradient_tol=gradient_tol, block_size=block)
         log[name] = {
             "converged": result.converged,
@@ -276,6 +286,8 @@ def find_states(
                 break
         else:
             found.append(state)
+    if progress is not None:
+        progress(len(begins), len(begins))
     order = sorted(range(len(found)), key=lambda i: -found[i].energy)
     found = [found[i] for i in order]
     for entry in log.values():
@@ -467,9 +479,11 @@ def run_landscape(
     continuation: Continuation | None = None,
     gradient_tol: float = landscape.GRADIENT_TOL,
     overwrite: bool = False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> LandscapeResult:
     """Find the stationary states of ``config``'s kernel, optionally continue them, write ``out``
-    (new or empty, or with ``overwrite`` an earlier landscape folder: :mod:`attnflow.io.run_folder`)."""
+    (new or empty, or with ``overwrite`` an earlier landscape folder: :mod:`attnflow.io.run_folder`).
+    ``progress(done, total)``: the starts solved (:func:`find_states`)."""
     check_gradient_flow(config)
     run_folder.check_claim(out, run_folder.LANDSCAPE, overwrite=overwrite)  # before the Newton solves
     if starts < 0:
@@ -479,7 +493,7 @@ def run_landscape(
         if continuation.key.count(".") != 1:
             raise ValueError(f"--continue: `KEY` must be a config key section.key; got {continuation.key!r}.")
     sim = build(config)
-    states, log = find_states(sim, starts=starts, seed=seed, gradient_tol=gradient_tol)
+    states, log = find_states(sim, starts=starts, seed=seed, gradient_tol=gradient_tol, progress=progress)
     branches, transitions = [], []
     if continuation is not None:
         for i, state in enumerate(states):
