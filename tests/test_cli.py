@@ -68,6 +68,18 @@ def test_run_writes_a_complete_run_folder(config_file, tmp_path):
     assert '"panels": ["content x", "gauge frame u = Q(\\u03be) x"]' in viewer
 
 
+def test_a_summary_off_s2_says_what_is_undefined_and_why(config_file, tmp_path, monkeypatch):
+    from attnflow.cli import console, simulate
+
+    printed = {}
+    monkeypatch.setattr(simulate, "print_summary", lambda title, rows: printed.update(rows))
+    args = ("run", str(config_file), "--out", str(tmp_path / "run"), "--set", "model.d=4")
+    assert invoke(*args, "--set", "solver.t_end=0.5").exit_code == 0
+    reason = "— (shape classes exist on S^2 only (d = 3); here d = 4)"
+    assert printed["shape"] == reason and printed["gauge_shape"] == reason
+    assert [console.shown(v) for v in (None, 0.1234567, 3, "ok")] == ["—", "0.123457", "3", "ok"]
+
+
 def test_plot_redraws_figures(config_file, tmp_path):
     out = tmp_path / "run"
     assert invoke("run", str(config_file), "--out", str(out)).exit_code == 0

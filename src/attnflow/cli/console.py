@@ -14,8 +14,15 @@ def say(line: str) -> None:
     stderr.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
+def shown(value) -> str:
+    """A summary value as a reader wants it: floats to 6 digits, an undefined value as "—"."""
+    if value is None:
+        return "—"
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
 def print_summary(title: str, rows: dict) -> None:
     table = Table(title=title, show_header=False)
     for key, value in rows.items():
-        table.add_row(key, f"{value:.6g}" if isinstance(value, float) else str(value))
+        table.add_row(key, shown(value))
     stdout.print(table)

@@ -84,6 +84,10 @@ def run(
         rows.update({k: metrics[k] for k in RADIUS_KEYS if metrics.get(k) is not None})
         rows.update(status=info["status"], steps=info["steps"], wall_time_s=info["wall_time_s"])
         rows.update(folder=str(out), interaction=info.get("interaction"), rank=info.get("rank"))
+        why = metrics.get("methods", {}).get("shape", "")
+        for key in ("shape", "gauge_shape"):  # undefined off S^2: say so, and why
+            if rows.get(key) is None and why.startswith("not classified: "):
+                rows[key] = f"— ({why.removeprefix('not classified: ')})"
         title = f"attnflow run {config.name}"
     else:
         rows = {k: metrics.get(k) for k in DENSITY_KEYS}
@@ -106,7 +110,7 @@ def _executed(execute, cfg, config: Path, out: Path, *, resume: bool, overwrite:
     interrupts.on_stop(continues=f"metrics.json records status 'interrupted'. Continue with: attnflow run "
                        f"{config} --out {out} --resume")  # fmt: skip
     try:
-        with user_errors(), progress_report("run", "building") as report:
+        with user_errors(), progress_report("run", "building", "snapshots") as report:
             progress = interrupts.checked(snapshot_stages(report))
             result = execute(cfg, out, progress=progress, resume=resume, overwrite=overwrite)
     except OSError as error:  # the disk failed the run once started; any other OSError is a bug
@@ -178,7 +182,7 @@ def animate(
     the tokens moving, the content beside the gauge frame, coloured by the label."""
     from attnflow.workflows.animate import animate as write_motion
 
-    with user_errors(), progress_report("animate", "drawing frames") as report:
+    with user_errors(), progress_report("animate", "drawing", "frames") as report:
         paths = write_motion(
             run_dir, out=out, viewer_only=viewer_only, fps=fps, max_tokens=max_tokens, max_frames=max_frames,
             progress=report,
