@@ -58,6 +58,8 @@ _PUBLIC = {  # name -> the module that defines it
     "Trajectory": "attnflow.numerics.solve",
     "solve": "attnflow.numerics.solve",
     "solve_streaming": "attnflow.numerics.solve",
+    "integrate": "attnflow.numerics.solve",
+    "integrate_adaptive": "attnflow.numerics.differentiable",
     "Status": "attnflow.numerics.status",
     "AdaptiveSteps": "attnflow.numerics.steps",
     "ConstantSteps": "attnflow.numerics.steps",
