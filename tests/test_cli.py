@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -77,6 +78,10 @@ def test_a_summary_off_s2_says_what_is_undefined_and_why(config_file, tmp_path, 
     assert invoke(*args, "--set", "solver.t_end=0.5").exit_code == 0
     reason = "— (shape classes exist on S^2 only (d = 3); here d = 4)"
     assert printed["shape"] == reason and printed["gauge_shape"] == reason
+    # in high d the 0.1 rad cluster angle is put beside the spacing of uniform tokens (16 on S^3)
+    assert re.fullmatch(
+        r"\d+ \(below 0\.1 rad; uniform tokens here are 0\.\d+ rad apart\)", printed["n_clusters"]
+    )
     assert [console.shown(v) for v in (None, 0.1234567, 3, "ok")] == ["—", "0.123457", "3", "ok"]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -88,6 +89,15 @@ def run(
         for key in ("shape", "gauge_shape"):  # undefined off S^2: say so, and why
             if rows.get(key) is None and why.startswith("not classified: "):
                 rows[key] = f"— ({why.removeprefix('not classified: ')})"
+        clusters = re.search(  # d > 3: the cluster angle beside the spacing of uniform tokens
+            r"theta_c = (\S+) rad.*nearest neighbours about (\S+) rad",
+            metrics.get("methods", {}).get("n_clusters", ""),
+        )
+        if rows.get("n_clusters") is not None and clusters:
+            angle, apart = clusters.groups()
+            rows["n_clusters"] = (
+                f"{rows['n_clusters']} (below {angle} rad; uniform tokens here are {apart} rad apart)"
+            )
         title = f"attnflow run {config.name}"
     else:
         rows = {k: metrics.get(k) for k in DENSITY_KEYS}
