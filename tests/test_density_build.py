@@ -207,3 +207,17 @@ def test_a_refused_key_given_by_set_is_named_for_set(tmp_path):
     # path and centers imply the initial law
     assert config_from_dict({**BASE, "density": {"grid": 48, "path": "/x.npy"}}).density.init == "file"
     assert config_from_dict({**BASE, "density": {"grid": 48, "centers": [[1.0, 0.0]]}}).density.init == "vmf"
+
+
+@pytest.mark.parametrize(("grid", "d"), [({"grid": 48}, 2), ({"lmax": 18}, 3)])
+def test_softmax_over_a_signed_factor_file_is_the_library_s_refusal_under_its_key(tmp_path, grid, d):
+    """One check (core.factors.check_softmax_factor), on the circle and on the sphere; the config
+    key named (the build had a copy of it naming factor.path)."""
+    np.save(tmp_path / "w.npy", np.array([[1.0, -0.5], [-0.5, 1.0]]))
+    factor = {"kind": "file", "path": str(tmp_path / "w.npy")}
+    data = {**BASE, "aux": {"kind": "positions"}, "density": {**grid, "labels": 2}, "factor": factor}
+    config = config_from_dict({**data, "model": {"d": d, "normalization": "sa"}})
+    with pytest.raises(
+        ConfigError, match=r"^config: `model\.normalization` 'sa' requires a non-negative .* MatrixFactor\.$"
+    ):
+        build_density(config)

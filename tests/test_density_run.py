@@ -311,7 +311,7 @@ BAD = [  # (changes or a maker of changes, words the one line must hold)
         ["density.lmax", "memory", "3000"],
     ),
     (_bad_label_file, ["aux.path", "(L,)", "(4, 3)"]),
-    (_signed_factor, ["factor.path", "non-negative", "'sa'", "-1"]),
+    (_signed_factor, ["model.normalization", "non-negative", "'sa'", "MatrixFactor"]),  # the library's check
     (lambda folder: _bad_f0(folder, "shape"), ["density.path", f"(3, {GRID})", f"(3, {GRID + 1})"]),
     (lambda folder: _bad_f0(folder, "negative"), ["density.path", "non-negative", "-0.1"]),
     (lambda folder: _bad_f0(folder, "nonfinite"), ["density.path", "finite"]),

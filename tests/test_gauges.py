@@ -87,7 +87,11 @@ def test_rope_frequencies_errors():
         gauges.rope_frequencies(4, kind="rofromer")
     with pytest.raises(ValueError, match=r"`n` is required for full_period"):
         gauges.rope_frequencies(4, kind="full_period")
-    with pytest.raises(ValueError, match=r"at most d//2 = 2 entries; got 3"):
+    with pytest.raises(
+        ValueError,
+        match=r"`frequencies` must be at most `d` // 2 = 2 \(one frequency per coordinate pair\); "
+        r"got \[1\.0, 2\.0, 3\.0\]\.$",
+    ):
         gauges.rope_frequencies(5, kind=[1.0, 2.0, 3.0])
 
 

@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from attnflow.core.constraints import FREQUENCIES
 from attnflow.core.host import to_device
 from attnflow.core.pytree import pytree_dataclass
 
@@ -172,12 +173,10 @@ def rope_frequencies(
 
 
 def _fitting_frequencies(frequencies, d: int) -> np.ndarray:
-    """``frequencies`` as a float64 vector, refused when there are more than the ``d // 2`` pairs."""
+    """``frequencies`` as a float64 vector, refused when there are more than the ``d // 2`` pairs
+    (:data:`attnflow.core.constraints.FREQUENCIES`)."""
     frequencies = np.asarray(frequencies, dtype=np.float64).reshape(-1)
-    if frequencies.size > d // 2:
-        raise ValueError(
-            f"rope: `frequencies` must have at most d//2 = {d // 2} entries; got {frequencies.size}."
-        )
+    FREQUENCIES.check(frequencies, where="rope", shown=frequencies.tolist(), d=d)
     return frequencies
 
 

@@ -1,5 +1,11 @@
 """Rules that tie several configuration values together, run once every field is valid.
 
+A rule the library states (:mod:`attnflow.core.constraints`: the time grid, RoPE's frequency
+count) is the library's, checked here under the config's keys with a hint
+(:func:`attnflow.io.parameters.check_rule`); the library's own checks that need built objects
+(a factor or gauge file's values) run when the config is built, reported under its keys too
+(:mod:`attnflow.io.parameters`).
+
 Each rule takes a whole :class:`~attnflow.io.config_schema.Config` whose fields are each valid, and
 raises a :class:`~attnflow.io.config_errors.ConfigError` naming the key to change. Options that
 only matter for one ``kind`` (``init.rho0`` for ``equiangular``, ``gauge.rates`` for
@@ -11,6 +17,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from attnflow.core.constraints import FREQUENCIES, SAVE_EVERY, T_END
 from attnflow.io.config_errors import ConfigError, as_lists, either, numbers
 from attnflow.io.config_rules_density import (
     DENSITY_METHODS,
@@ -18,6 +25,7 @@ from attnflow.io.config_rules_density import (
     DENSITY_SPHERE_GAUGES,
     density_reads_only_its_keys,
 )
+from attnflow.io.parameters import check_rule
 
 __all__ = [
     "DENSITY_METHODS",
@@ -32,7 +40,6 @@ __all__ = [
 ]
 
 FIXED_STEP_METHODS = ("euler", "rk4", "geodesic_rk4")
-MULTIPLE_RTOL = 1e-9  # relative tolerance for "save_every is a whole multiple of dt"
 # A fixed-step run of more steps than this would not finish (days of compute even for a tiny n):
 # refused before anything starts, naming `solver.dt`.
 MAX_STEPS = 10**8
@@ -83,14 +90,6 @@ def _equiangular_is_realisable(config) -> None:
         )
 
 
-def _whole_multiple(total: float, step: float) -> bool:
-    ratio = total / step
-    if not math.isfinite(ratio):  # step far below total: no float grid reaches it
-        return False
-    k = round(ratio)
-    return k >= 1 and abs(total - k * step) <= MULTIPLE_RTOL * total
-
-
 def _nearest_multiple(total: float, step: float) -> str:
     ratio = total / step
     return f"{max(1, round(ratio)) * step if math.isfinite(ratio) else step:.12g}"
@@ -114,20 +113,11 @@ def _step_count_is_bounded(config) -> None:
 
 def _time_grid_is_whole(config) -> None:
     solver = config.solver
-    if solver.method in FIXED_STEP_METHODS and not _whole_multiple(solver.save_every, solver.dt):
-        raise ConfigError.from_parts(
-            "solver.save_every",
-            f"a whole multiple of `solver.dt` = {solver.dt!r} for method {solver.method!r}",
-            solver.save_every,
-            hint=f"Try save_every = {_nearest_multiple(solver.save_every, solver.dt)}, or change solver.dt.",
-        )
-    if not _whole_multiple(solver.t_end, solver.save_every):
-        raise ConfigError.from_parts(
-            "solver.t_end",
-            f"a whole multiple of `solver.save_every` = {solver.save_every!r}",
-            solver.t_end,
-            hint=f"Try t_end = {_nearest_multiple(solver.t_end, solver.save_every)}.",
-        )
+    if solver.method in FIXED_STEP_METHODS:
+        hint = f"Try save_every = {_nearest_multiple(solver.save_every, solver.dt)}, or change solver.dt."
+        check_rule(SAVE_EVERY, solver.save_every, dt=solver.dt, hint=hint)
+    hint = f"Try t_end = {_nearest_multiple(solver.t_end, solver.save_every)}."
+    check_rule(T_END, solver.t_end, save_every=solver.save_every, hint=hint)
 
 
 # kernels that are functions of positions xi: without `aux.kind` written they imply positions
@@ -168,6 +158,10 @@ def _positions_are_finite(config) -> None:
 
 
 def _softmax_has_nonnegative_factor(config) -> None:
+    """The library's rule (``core.factors.check_softmax_factor``: softmax weights must be
+    non-negative) for the one factor whose sign the config alone tells: refused here too, so that
+    a sweep refuses such a point when it is planned and ``run`` before JAX is imported, not at the
+    build; a file's sign is the library's to check."""
     if config.model.normalization == "sa" and config.factor.kind == "toeplitz_cos":
         raise ConfigError.from_parts(
             "factor.kind",
@@ -189,14 +183,12 @@ def gauge_dim(config) -> int:
 
 def _rope_frequencies_fit(config) -> None:
     gauge, d = config.gauge, gauge_dim(config)
-    explicit = isinstance(gauge.frequencies, tuple)
-    if gauge.kind == "rope" and explicit and len(gauge.frequencies) > d // 2:
-        raise ConfigError.from_parts(
-            "gauge.frequencies",
-            f"at most `model.d` // 2 = {numbers(d // 2)} (one per coordinate pair)",
-            list(gauge.frequencies),
-            hint="Drop the extra frequencies or raise model.d.",
-        )
+    if gauge.kind == "rope" and isinstance(gauge.frequencies, tuple):
+        heads = config.attention is not None and config.attention.head_dim is not None
+        check_rule(
+            FREQUENCIES, list(gauge.frequencies), d=d, keys={"d": "attention.head_dim"} if heads else None,
+            hint=f"Drop the extra frequencies or raise {'attention.head_dim' if heads else 'model.d'}.",
+        )  # fmt: skip
 
 
 def _preset_sets_the_rope(config) -> None:

@@ -13,17 +13,26 @@ library, and the message still names what to change in the file::
 
 A parameter the table does not name (or a message outside the template) is reported as it is,
 after ``config:``.
+
+A rule that ties parameters together (:mod:`attnflow.core.constraints`: the time grid, RoPE's
+frequency count) imports no JAX; a config checks it before anything is imported, with the same
+predicate and the same words under its keys (:func:`check_rule`)::
+
+    solve: `save_every` must be a whole multiple of `dt` = 0.1; got 0.25.
+    config: `solver.save_every` must be a whole multiple of `solver.dt` = 0.1; got 0.25. Try ...
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
+from attnflow.core.constraints import Rule
 from attnflow.io.config_errors import ConfigError
 
-__all__ = ["CONFIG_KEYS", "as_config_error", "library_errors"]
+__all__ = ["CONFIG_KEYS", "as_config_error", "check_rule", "library_errors"]
 
 # library parameter -> the config key it is built from (attnflow.workflows.build)
 CONFIG_KEYS: dict[str, str] = {
@@ -87,3 +96,15 @@ def library_errors(context: str | None = None) -> Iterator[None]:
         yield
     except ValueError as error:
         raise as_config_error(error, context=context) from error
+
+
+def check_rule(
+    rule: Rule, value: Any, *, hint: str = "", keys: Mapping[str, str] | None = None, **others: Any
+) -> None:
+    """Raise a :class:`ConfigError` naming config keys unless ``value`` keeps the library's
+    ``rule`` (``others``: the values of the parameters it ties ``value`` to). ``keys``: config
+    keys that differ from :data:`CONFIG_KEYS` here (``d``: ``attention.head_dim`` with heads)."""
+    names = {**CONFIG_KEYS, **(keys or {})}
+    constraint = rule.broken(value, names=names, **others)
+    if constraint is not None:
+        raise ConfigError.from_parts(names[rule.parameter], constraint, value, hint=hint)

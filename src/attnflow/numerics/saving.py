@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from attnflow.core.constraints import TIME_GRID, whole_steps
 from attnflow.core.pytree import pytree_dataclass
 
 SNAPSHOT_GROUP_WORK = 2**26  # pair interactions per compiled call before snapshots are grouped
@@ -17,15 +18,11 @@ SNAPSHOT_GROUP_MAX = 64
 
 
 def whole_multiple(name: str, total: float, step_name: str, step: float) -> int:
-    """``total / step`` when it is a whole number >= 1 (to 1e-9 relative), else the error naming
-    both (the one rule of the time grid: snapshots on steps, ``t_end`` on snapshots)."""
-    ratio = total / step
-    if round(ratio) < 1 or abs(ratio - round(ratio)) > 1e-9 * max(1.0, ratio):
-        raise ValueError(
-            f"solve: `{name}` must be a whole multiple of `{step_name}` = {step!r}; got {total!r} "
-            f"(ratio {ratio:.6g})."
-        )
-    return int(round(ratio))
+    """``total / step`` when it is a whole number >= 1, else the error naming both (the one rule
+    of the time grid, :data:`attnflow.core.constraints.TIME_GRID`: snapshots on steps, ``t_end``
+    on snapshots)."""
+    TIME_GRID[name].check(total, where="solve", **{step_name: step})
+    return whole_steps(total, step)
 
 
 def snapshot_count(t_end: float, save_every: float) -> int:

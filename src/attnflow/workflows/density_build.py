@@ -38,6 +38,7 @@ from attnflow.core.host import to_device
 from attnflow.core.kernel import Profile, make_profile
 from attnflow.io.config import Config, ConfigError
 from attnflow.io.density_store import DensityArray
+from attnflow.io.parameters import library_errors
 from attnflow.numerics import density_circle as dc
 from attnflow.numerics import density_rotation
 from attnflow.numerics import density_sphere as ds
@@ -171,12 +172,6 @@ def _factor(config: Config, labels: dc.LabelQuadrature) -> factors.Factor:
     w = load_checked("factor.path", f.path)
     if w.shape != (count, count):
         raise _fail("factor.path", f"an array of shape ({count}, {count}) (label nodes)", f"shape {w.shape}")
-    if config.model.normalization == "sa" and w.min() < 0:
-        raise _fail(
-            "factor.path",
-            "a non-negative matrix when `model.normalization` = 'sa' (softmax weights)",
-            f"min {w.min():g}",
-        )
     try:
         return factors.make_matrix_factor(w, n=count)
     except ValueError as error:
@@ -257,14 +252,16 @@ def _checked_field(config: Config, profile: Profile, labels, factor):
                 density.grid,
                 hint="Raise density.grid or lower model.beta.",
             )
-        return dc.make_circle_field(
-            profile,
-            grid=density.grid,
-            labels=labels,
-            gauge=_circle_gauge(config, labels),
-            factor=factor,
-            normalization=model.normalization,
-        )
+        gauge = _circle_gauge(config, labels)
+        with library_errors():  # a softmax over a sign-changing factor (core.factors), under its key
+            return dc.make_circle_field(
+                profile,
+                grid=density.grid,
+                labels=labels,
+                gauge=gauge,
+                factor=factor,
+                normalization=model.normalization,
+            )
     needed = ds.kernel_lmax(profile)
     if density.lmax < needed:
         raise _fail(
@@ -274,9 +271,10 @@ def _checked_field(config: Config, profile: Profile, labels, factor):
             density.lmax,
             hint="Raise density.lmax or lower model.beta.",
         )
-    return ds.make_sphere_field(
-        profile, lmax=density.lmax, labels=labels, factor=factor, normalization=model.normalization
-    )
+    with library_errors():
+        return ds.make_sphere_field(
+            profile, lmax=density.lmax, labels=labels, factor=factor, normalization=model.normalization
+        )
 
 
 def build_density(config: Config) -> DensityRun:
