@@ -4,12 +4,14 @@ steps that conserve mass and meet the fixed-step run, and the resolution check t
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from attnflow.core.factors import ToeplitzCos
 from attnflow.core.kernel import make_profile
 from attnflow.numerics import density_circle as dc
+from attnflow.numerics import density_sphere as ds
 from attnflow.numerics.density_solve import integrate, run_status
 from attnflow.numerics.integrators import RK4, Adaptive
 from attnflow.numerics.solve import solve
@@ -66,6 +68,23 @@ def test_solve_takes_a_density_fixed_adaptive_and_batched():
     moved = np.max(np.abs(run.xs.f[-1] - run.xs.f[0]))
     assert moved > 1e-3  # the law moves
     assert np.max(np.abs(adaptive.xs.f[-1] - run.xs.f[-1])) <= 1e-5 * moved
+
+
+def test_solve_takes_a_sphere_density_with_complex_coefficients():
+    """S^2 (harmonic coefficients, complex leaves): Dormand-Prince meets RK4 and keeps each mass."""
+    field = ds.make_sphere_field(make_profile("exp", beta=1.0), lmax=8, labels=dc.position_labels(2))
+    x = np.asarray(field.grid_points())
+    f = (1 + 0.3 * x[0] + 0.1 * x[0] * x[1])[None] * np.array([1.0, 0.5])[:, None, None] / (4 * np.pi)
+    state = jax.jit(lambda fl, v: fl.initial(v))(field, jnp.asarray(f))
+    options = dict(t_end=0.5, save_every=0.25, check=run_status)
+    fixed = solve(field, state, integrator=RK4_DENSITY, dt=0.025, **options)
+    adaptive = solve(field, state, integrator=Adaptive(retraction="none"), dt=0.05, **options)
+    assert fixed.status is Status.ok and adaptive.status is Status.ok
+    assert isinstance(adaptive.xs, ds.SphereDensity) and adaptive.xs.a.shape == (3, 2, 9, 9)
+    mass = np.sqrt(4 * np.pi) * adaptive.xs.a[:, :, 0, 0].real
+    np.testing.assert_allclose(mass, np.broadcast_to(mass[0], mass.shape), rtol=0, atol=1e-13)
+    moved = np.max(np.abs(fixed.xs.a[-1] - fixed.xs.a[0]))
+    assert moved > 1e-3 and np.max(np.abs(adaptive.xs.a - fixed.xs.a)) <= 1e-5 * moved
 
 
 def test_the_resolution_check_ends_a_solve_at_its_last_resolved_law():
