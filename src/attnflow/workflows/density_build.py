@@ -82,7 +82,7 @@ class DensityRun:
     arrays: dict[str, DensityArray]
     coords: dict[str, tuple]
     frames: np.ndarray | None = None
-    wigner: np.ndarray | None = None
+    wigner: jax.Array | None = None
     max_steps: int | None = None  # adaptive: trial steps of the whole run (``solver.max_steps``)
 
 
@@ -296,7 +296,8 @@ def build_density(config: Config) -> DensityRun:
     else:
         domain = "sphere"
         frames = _gauge_matrices(config, labels, 3)
-        wigner = None if frames is None else density_rotation.wigner_blocks(frames, density.lmax)
+        if frames is not None:  # on the device once: each snapshot's content-frame law reads them
+            wigner = jnp.asarray(density_rotation.wigner_blocks(frames, density.lmax))
         state0 = sphere_initial(config, field, labels, frames)
         safe = ds.safe_dt(field)
     if solver.dt > safe:
