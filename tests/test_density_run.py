@@ -182,6 +182,13 @@ def test_an_adaptive_run_meets_the_fixed_step_run_and_is_not_resumed(tmp_path):
     assert (
         result.exit_code == 2 and "adaptive" in result.stderr and len(result.stderr.strip().splitlines()) == 1
     )
+    # solver.max_steps is read: a bound below the 6 trial steps the run needs ends it as max_steps
+    bounded = _changed(CIRCLE, {"solver": {"method": "adaptive", "max_steps": 3}})
+    result = invoke(
+        "run", str(_write(tmp_path, bounded, name="bounded.toml")), "--out", str(tmp_path / "bounded")
+    )
+    assert result.exit_code == 3, result.output
+    assert json.loads((tmp_path / "bounded" / "metrics.json").read_text())["run"]["status"] == "max_steps"
 
 
 def test_resume_refuses_another_config(tmp_path):

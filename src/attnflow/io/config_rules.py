@@ -22,14 +22,12 @@ from attnflow.io.config_errors import ConfigError, as_lists, either, numbers
 from attnflow.io.config_rules_density import (
     DENSITY_METHODS,
     DENSITY_RULES,
-    DENSITY_SPHERE_GAUGES,
     density_reads_only_its_keys,
 )
 from attnflow.io.parameters import check_rule
 
 __all__ = [
     "DENSITY_METHODS",
-    "DENSITY_SPHERE_GAUGES",
     "FIXED_STEP_METHODS",
     "MAX_STEPS",
     "POSITIONAL",

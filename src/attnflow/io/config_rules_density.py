@@ -6,8 +6,6 @@ from attnflow.io.config_errors import ConfigError, as_lists, numbers
 from attnflow.io.config_unused import check_density_unused
 
 DENSITY_METHODS = ("euler", "rk4", "adaptive")  # the identity retraction: a density is not renormalised
-# every gauge passes on S^2 as on S^1: the solver works in the gauge frame and turns its slices back
-DENSITY_SPHERE_GAUGES = ("none", "rope", "generalized_rope", "prompt", "file")
 
 
 def density_reads_only_its_keys(config) -> None:

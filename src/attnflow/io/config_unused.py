@@ -122,14 +122,14 @@ DENSITY_IGNORED: dict[str, tuple[str, ...]] = {
     ),
     "aux": ("spacing", "assignment", "seed"),
     "init": ("kind", "seed", "center", "sigma", "rho0", "path"),
-    "solver": ("rtol", "atol", "dtype", "block_size", "interaction", "tolerance", "max_steps"),
+    "solver": ("dtype", "block_size", "interaction", "tolerance"),
     "storage": ("token_stride", "dtype", "snapshots"),
 }  # fmt: skip
 _DENSITY_WHY = {
     "model": "a density has no tokens, masks, sources or noise, and its layer norm is post",
     "aux": "a density's positions are the uniform law on [0, 1) and its prompts have equal masses",
     "init": "the density's initial law is set in [density]",
-    "solver": "a density runs fixed steps in float64",
+    "solver": "a density runs in float64, without blocks or the expansion",
     "storage": "a density stores every snapshot of its law",
 }
 
