@@ -88,7 +88,9 @@ def test_layer_norms_with_heads_gauges_and_a_source_equal_the_reference(kind):
     traj = solve(field, jnp.asarray(x0), integrator=method, dt=0.01, t_end=1.0, save_every=1.0)
     expected = reference_rk4(x0, specs, kind=kind, dt=0.01, steps=100, beta=1.5, alpha=2.0, sources=1)
     np.testing.assert_allclose(traj.xs[-1], expected, rtol=0, atol=TRAJECTORY_ATOL)
-    np.testing.assert_array_equal(traj.xs[-1][0], x0[0])  # the source is held
+    # the source is held: its velocity is zero, and only renormalising a unit row after a step may
+    # change its last bit (1 ulp on the CI machine, nGPT: its retraction normalises every row)
+    np.testing.assert_allclose(traj.xs[-1][0], x0[0], rtol=0, atol=1e-15)
     x, r = directions_and_radii(traj.xs[-1])
     if kind == "ngpt":
         np.testing.assert_allclose(np.asarray(r), 1.0, atol=1e-14)
