@@ -63,7 +63,6 @@ def integrate_adaptive(
         )
     real = time_dtype(x0)
     t_end = jnp.asarray(t_end, real)
-    controller, rtol, atol = stepsize.controller, stepsize.rtol, stepsize.atol
     stages = len(method.tableau.b)
     zero, dt0 = jnp.zeros((), real), jnp.asarray(stepsize.dt0, real)
     start = dict(
@@ -73,20 +72,10 @@ def integrate_adaptive(
 
     @jax.checkpoint
     def trial(s, _):
-        # first_stage = 1 as a Python int: the stages are then a scan, which reverses
-        x_new, slopes, error = method.fsal_step(
-            field, s["x"], s["k"], s["h"], rtol=rtol, atol=atol, first_stage=1
-        )
-        accept, h_next, error_prev = controller.adapt(s["h"], error, s["error_prev"], method.order)
-        running = s["t"] < t_end  # a trial after t_end (finite: the last step size) is discarded
-        accept = running & accept
-        moved = dict(
-            t=s["t"] + s["h"], x=x_new, k=jax.tree.map(lambda stacked: stacked[-1], slopes), t_last=s["t"],
-            x_last=s["x"], h_last=s["h"], slopes=slopes, error_prev=error_prev,
-        )  # fmt: skip
-        kept = {name: s[name] for name in moved}
-        s = {**s, **jax.tree.map(lambda new, old: jnp.where(accept, new, old), moved, kept)}
-        return {**s, "h": jnp.where(running, h_next, s["h"])}, None
+        # first_stage = 1 as a Python int: the stages are then a scan, which reverses; a trial after
+        # t_end (finite: the last step size) is discarded
+        s, _, _ = stepsize.trial(method, field, s, first_stage=1, running=s["t"] < t_end)
+        return s, None
 
     s, _ = jax.lax.scan(trial, start, None, length=stepsize.max_steps)
     theta = (t_end - s["t_last"]) / s["h_last"]

@@ -234,6 +234,29 @@ class AdaptiveSteps:
             started=np.zeros((), bool), taken=np.zeros((), np.int32),
         )  # fmt: skip
 
+    def trial(self, method, field, s, *, first_stage, running=True):
+        """One trial step from the loop state ``s`` (the keys of :meth:`init`): ``(s, accept,
+        error)``. An accepted step moves the run on (time, state, the step's dense-output data and
+        the controller's memory); the next step size and first slope are set either way, the step
+        size only while ``running`` (False: a trial past the end, computed and discarded, as in
+        :func:`attnflow.numerics.differentiable.integrate_adaptive`)."""
+        x_new, slopes, error = method.fsal_step(
+            field, s["x"], s["k"], s["h"], rtol=self.rtol, atol=self.atol, first_stage=first_stage
+        )
+        accept, h_next, error_prev = self.controller.adapt(s["h"], error, s["error_prev"], method.order)
+        accept = running & accept
+        moved = dict(
+            t=s["t"] + s["h"], x=x_new, x_last=s["x"], t_last=s["t"], h_last=s["h"], slopes=slopes,
+            error_prev=error_prev,
+        )  # fmt: skip
+        s = {
+            **s,
+            **jax.tree.map(lambda new, old: jnp.where(accept, new, old), moved, {n: s[n] for n in moved}),
+            "h": jnp.where(running, h_next, s["h"]),
+            "k": jax.tree.map(lambda stacked: jnp.where(accept, stacked[-1], stacked[0]), slopes),
+        }
+        return s, accept, error
+
     def advance(self, method, field, x, key, state, t_target, *, active, noise: float, save_every: float):  # noqa: ARG002
         """Trial steps until the integration time passes ``t_target`` (or ``max_steps`` of them;
         none unless ``active``), then the snapshot from the dense output of the last step."""
@@ -249,21 +272,8 @@ class AdaptiveSteps:
         def body(loop):
             s, counts, _ = loop
             first = jnp.where(s["started"], 1, 0)  # a run's first trial also evaluates its first slope
-            x_new, slopes, err = method.fsal_step(
-                field, s["x"], s["k"], s["h"], rtol=self.rtol, atol=self.atol, first_stage=first
-            )
-            accept, h_next, error_prev = self.controller.adapt(s["h"], err, s["error_prev"], method.order)
-            moved = dict(
-                t=s["t"] + s["h"], x=x_new, x_last=s["x"], t_last=s["t"], h_last=s["h"], slopes=slopes,
-                error_prev=error_prev,
-            )  # fmt: skip
-            s = {  # an accepted step moves the run on; the next step and slope are set either way
-                **s,
-                **jax.tree.map(lambda new, old: jnp.where(accept, new, old), moved, {n: s[n] for n in moved}),
-                "h": h_next,
-                "k": jax.tree.map(lambda stacked: jnp.where(accept, stacked[-1], stacked[0]), slopes),
-                "started": jnp.asarray(True),
-            }
+            s, accept, err = self.trial(method, field, s, first_stage=first)
+            s = {**s, "started": jnp.asarray(True)}
             counts = counts + jnp.stack([accept, ~accept, stages - first]).astype(jnp.int32)
             return s, counts, ~jnp.isfinite(err)
 
