@@ -49,6 +49,7 @@ from attnflow.numerics import density_sphere as ds  # noqa: E402
 from attnflow.numerics.density_solve import integrate  # noqa: E402
 from attnflow.numerics.dynamics import make_vector_field  # noqa: E402
 from attnflow.numerics.integrators import RK4  # noqa: E402
+from attnflow.numerics.status import Status  # noqa: E402
 from attnflow.workflows import density_particles as dp  # noqa: E402
 
 GRID, LABELS, BETA, T_END, SAVE_EVERY = 1024, 64, 1.0, 20.0, 0.5
@@ -95,10 +96,10 @@ def initial_law(grid: int, count: int, seed: int = 0) -> np.ndarray:
 
 def _summary(ts, codes, mass, energy) -> dict:
     codes = np.asarray(codes)
-    resolved = np.flatnonzero(codes == dc.DensityStatus.ok.code)
+    resolved = np.flatnonzero(codes == Status.ok.code)
     last = resolved[-1]
     return {
-        "status": str(dc.DensityStatus.from_code(codes[-1])),
+        "status": str(Status.from_codes(codes[-1]).item()),
         "last_resolved_t": float(np.asarray(ts)[last]),
         "mass_error": float(np.max(np.abs(np.asarray(mass) - 1.0))),
         "energy_start_end": [float(energy[0]), float(energy[last])],
@@ -194,7 +195,7 @@ def _comparison_density(grid: int, dt: float) -> tuple[np.ndarray, dict]:
     final = dc.CircleDensity(states.f[-1])
     tail, negative = dc.resolution(field, final)
     timing = {"grid": grid, "dt": dt, "steps": steps, "compile_s": compile_s, "wall_s": wall, "cpu_s": cpu,
-              "final_status": str(dc.DensityStatus.from_code(int(dc.status_code(field, final)))),
+              "final_status": str(Status.from_codes(dc.status_code(field, final)).item()),
               "final_tail": float(tail), "final_negative": float(negative)}  # fmt: skip
     return np.asarray(final.f), timing
 

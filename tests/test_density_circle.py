@@ -21,6 +21,7 @@ from attnflow.numerics import integrators
 from attnflow.numerics.density_solve import integrate
 from attnflow.numerics.dynamics import make_vector_field
 from attnflow.numerics.integrators import RK4_TABLEAU, Tableau
+from attnflow.numerics.status import Status
 
 
 def _smooth_density(grid: int, count: int, seed: int = 0, *, modes: int = 3, amplitude: float = 0.15):
@@ -265,7 +266,7 @@ def test_mass_per_label_and_energy_along_a_nonlinear_run():
     )
     f0 = _smooth_density(grid, count, seed=4, amplitude=0.3)
     _, states, codes = _integrate(field, f0, dt=5e-3, steps=10, snapshots=20, check=True)
-    assert np.all(np.asarray(codes) == dc.DensityStatus.ok.code)
+    assert np.all(np.asarray(codes) == Status.ok.code)
     mass = np.asarray(jax.vmap(lambda f: field.mass(dc.CircleDensity(f)))(states.f))
     assert np.max(np.abs(mass - 1.0)) <= 1e-12  # the divergence has no k = 0 mode: round-off only
     energy = np.asarray(jax.vmap(lambda f: field.energy(dc.CircleDensity(f)))(states.f))
@@ -288,7 +289,7 @@ def test_bruno_pasqualotto_agazzi_three_clusters():
     f0 = (1.0 + 0.01 * noise / noise.std()) / (2.0 * np.pi)
     ts, states, codes = _integrate(field, jnp.asarray(f0)[None], dt=1e-4, steps=100, snapshots=40, check=True)
     codes = np.asarray(codes)
-    assert codes[-1] == dc.DensityStatus.under_resolved.code  # it concentrates below the grid by t = 0.4
+    assert codes[-1] == Status.under_resolved.code  # it concentrates below the grid by t = 0.4
     last = int(np.flatnonzero(codes == 0)[-1])
     f = np.asarray(states.f[last, 0]) * 2.0 * np.pi  # in units of the uniform law
     assert f.max() > 2.5  # well past the linear regime at the last resolved snapshot
@@ -458,13 +459,13 @@ def test_under_resolved_run_says_so_and_stops_at_its_last_resolved_law():
     f0 = _smooth_density(grid, 1, seed=0, amplitude=0.5)
     _, states, codes = _integrate(field, f0, dt=1e-3, steps=100, snapshots=20, check=True)
     codes = np.asarray(codes)
-    assert codes[0] == 0 and codes[-1] == dc.DensityStatus.under_resolved.code
+    assert codes[0] == 0 and codes[-1] == Status.under_resolved.code
     first_bad = int(np.argmax(codes != 0))
     tail, negative = (float(v) for v in dc.resolution(field, dc.CircleDensity(states.f[first_bad])))
     assert tail <= dc.TAIL_TOL and negative <= dc.NEGATIVE_TOL  # the frozen state is the last resolved one
     np.testing.assert_array_equal(np.asarray(states.f[-1]), np.asarray(states.f[first_bad - 1]))
-    assert dc.DensityStatus.from_code(codes[-1]) is dc.DensityStatus.under_resolved
-    assert "raise `grid`" in dc.DensityStatus.under_resolved.message
+    assert Status.from_codes(codes[-1]).item() is Status.under_resolved
+    assert "raise `density.grid`" in Status.under_resolved.message
 
 
 def test_resolution_of_a_dirac_like_law_is_flagged():
@@ -476,12 +477,9 @@ def test_resolution_of_a_dirac_like_law_is_flagged():
     assert tail == pytest.approx(1.0 / 3.0, abs=0.02)  # a grid Dirac has a flat spectrum
     smooth_tail, _ = dc.resolution(field, dc.CircleDensity(_smooth_density(grid, 1)))
     assert float(smooth_tail) <= 1e-28
-    assert (
-        int(dc.status_code(field, dc.CircleDensity(jnp.asarray(spike))))
-        == dc.DensityStatus.under_resolved.code
-    )
+    assert int(dc.status_code(field, dc.CircleDensity(jnp.asarray(spike)))) == Status.under_resolved.code
     bad = jnp.asarray(spike).at[0, 0].set(jnp.nan)
-    assert int(dc.status_code(field, dc.CircleDensity(bad))) == dc.DensityStatus.nonfinite.code
+    assert int(dc.status_code(field, dc.CircleDensity(bad))) == Status.nonfinite.code
     assert negative == 0.0
 
 

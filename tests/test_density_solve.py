@@ -51,7 +51,7 @@ def test_solve_takes_a_density_fixed_adaptive_and_batched():
     )  # fmt: skip
     # the same steps from the same compiled step function: the density's own loop, bit for bit
     assert np.array_equal(run.ts, np.asarray(ts)) and np.array_equal(run.xs.f, np.asarray(states.f))
-    assert np.all(np.asarray(codes) == dc.DensityStatus.ok.code)
+    assert np.all(np.asarray(codes) == Status.ok.code)
     # a batch of two laws (one compiled program, lax.map on a CPU): each run is its single run
     other = dc.CircleDensity(_law(GRID, 1.0))
     both = dc.CircleDensity(jnp.stack([f0.f, other.f]))
@@ -97,8 +97,8 @@ def test_the_resolution_check_ends_a_solve_at_its_last_resolved_law():
     checked = solve(field, f0, check=run_status, **options)
     assert checked.status is Status.under_resolved and 2 <= checked.xs.f.shape[0] < 9
     codes = [int(dc.status_code(field, dc.CircleDensity(f))) for f in checked.xs.f]
-    assert codes == [dc.DensityStatus.ok.code] * len(codes)  # only resolved laws are handed on
+    assert codes == [Status.ok.code] * len(codes)  # only resolved laws are handed on
     unchecked = solve(field, f0, **options)  # without the check the run goes on: a wrong law
     assert unchecked.status is Status.ok and unchecked.xs.f.shape[0] == 9
     last = int(dc.status_code(field, dc.CircleDensity(unchecked.xs.f[-1])))
-    assert last == dc.DensityStatus.under_resolved.code
+    assert last == Status.under_resolved.code

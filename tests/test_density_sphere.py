@@ -20,6 +20,7 @@ from attnflow.numerics import density_sphere as ds
 from attnflow.numerics.density_solve import integrate
 from attnflow.numerics.dynamics import make_vector_field
 from attnflow.numerics.integrators import RK4
+from attnflow.numerics.status import Status
 
 RK4_DENSITY = RK4(retraction="none")  # the particles' RK4 with the identity retraction
 
@@ -159,7 +160,7 @@ def test_growth_rates_about_uniform_are_l_l1_il_over_beta(beta, t_end, dt):
     )
     a0 = jax.vmap(field.analysis)(jnp.asarray(values[:, None]))
     a1, codes = _final(field, a0, dt=dt, steps=round(t_end / dt))
-    assert np.all(np.asarray(codes) == dc.DensityStatus.ok.code)
+    assert np.all(np.asarray(codes) == Status.ok.code)
     a1 = np.asarray(a1)
     a0 = np.asarray(a0)
     rates = np.array(
@@ -212,7 +213,7 @@ def test_mass_and_energy_along_a_labelled_run():
         )
     )
     _, states, codes = run(field.initial(jnp.asarray(f)))
-    assert np.all(np.asarray(codes) == dc.DensityStatus.ok.code)
+    assert np.all(np.asarray(codes) == Status.ok.code)
     mass = np.asarray(jax.vmap(lambda a: field.mass(ds.SphereDensity(a)))(states.a))
     assert np.max(np.abs(mass - 1.0)) <= 1e-12  # L keeps the degree: the divergence has no deg = 0 part
     energy = np.asarray(jax.vmap(lambda a: field.energy(ds.SphereDensity(a)))(states.a))
@@ -231,17 +232,15 @@ def test_status_and_safe_dt():
         f = np.exp(kappa * (x[2] - 1.0))
         return (f / np.sum(np.asarray(field.weights)[:, None] * f * 2.0 * np.pi / x.shape[2]))[None]
 
-    assert int(status(initial(jnp.asarray(von_mises_fisher(2.0))).a)) == dc.DensityStatus.ok.code
+    assert int(status(initial(jnp.asarray(von_mises_fisher(2.0))).a)) == Status.ok.code
     # κ = 200 has width ~0.07: below lmax = 16's resolution (π/16), rings, and is flagged
-    assert (
-        int(status(initial(jnp.asarray(von_mises_fisher(200.0))).a)) == dc.DensityStatus.under_resolved.code
-    )
+    assert int(status(initial(jnp.asarray(von_mises_fisher(200.0))).a)) == Status.under_resolved.code
     # RK4 at safe_dt from the most concentrated law the grid holds stays finite and keeps its mass
     dt = ds.safe_dt(field)
     sharp = initial(jnp.asarray(von_mises_fisher(4.0)))
-    assert int(status(sharp.a)) == dc.DensityStatus.ok.code
+    assert int(status(sharp.a)) == Status.ok.code
     end, codes = _final(field, sharp.a[None], dt=dt, steps=20)
-    assert int(codes[0]) == dc.DensityStatus.ok.code and np.all(np.isfinite(np.asarray(end)))
+    assert int(codes[0]) == Status.ok.code and np.all(np.isfinite(np.asarray(end)))
     assert float(field.mass(ds.SphereDensity(end[0]))[0]) == pytest.approx(1.0, abs=1e-12)
 
 

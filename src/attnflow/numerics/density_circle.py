@@ -37,8 +37,9 @@ Scheme: **pseudo-spectral** (Fourier collocation on the grid), chosen over finit
 The price is Gibbs: a slice that concentrates below a few grid cells (it does: conditional slices
 become Diracs, the energy's maximisers being graph laws) rings and goes negative. :func:`resolution`
 measures it (the share of the spectrum's energy in the top third of the modes; the negative mass),
-and :func:`status_code` turns it into a status (:class:`DensityStatus`): a run then stops at its last
-resolved snapshot instead of returning a plausible-looking wrong law.
+and :func:`status_code` turns it into a status (``Status.under_resolved`` of
+:mod:`attnflow.numerics.status`): a run then stops at its last resolved snapshot instead of
+returning a plausible-looking wrong law.
 
 The field is a pure map ``state → d state / dt`` on a pytree (:class:`CircleDensityField`), so the
 time methods are the particles' own (``attnflow.numerics.integrators`` with ``retraction="none"``,
@@ -48,7 +49,6 @@ the identity) and the loop theirs too (``attnflow.numerics.density_solve.integra
 from __future__ import annotations
 
 import dataclasses
-import enum
 
 import jax
 import jax.numpy as jnp
@@ -66,7 +66,6 @@ __all__ = [
     "CircleDensity",
     "CircleDensityField",
     "CircleGauge",
-    "DensityStatus",
     "LabelQuadrature",
     "circle_gauge",
     "circle_gauge_from_matrices",
@@ -91,43 +90,6 @@ MODE_CUT = 1e-20  # kernel coefficients below this share of its mean are dropped
 KERNEL_TAIL = 1e-12  # the kernel's coefficients past grid/3 (touched by the filter) relative to its mean
 TAIL_TOL = 1e-8  # default share of spectral energy in the top third above which a run is under-resolved
 NEGATIVE_TOL = 1e-8  # default: negative mass (per label, of mass 1) above which a run is under-resolved
-
-
-class DensityStatus(enum.StrEnum):
-    """A density run's outcome (as ``attnflow.numerics.status.Status``); ``message`` is the remedy."""
-
-    ok = "ok"
-    nonfinite = "nonfinite"
-    under_resolved = "under_resolved"
-
-    @property
-    def message(self) -> str:
-        return _MESSAGES[self]
-
-    @property
-    def code(self) -> int:
-        return list(DensityStatus).index(self)
-
-    @classmethod
-    def from_code(cls, code) -> DensityStatus:
-        return list(cls)[int(code)]
-
-    @property
-    def status(self) -> Status:
-        """The run's :class:`attnflow.numerics.status.Status` of the same name (the density's codes
-        differ from the particles': ``under_resolved`` is 2 here, ``max_steps`` 2 there)."""
-        return Status(self.value)
-
-
-_MESSAGES = {
-    DensityStatus.ok: "the run reached t_end with the law resolved on its grid.",
-    DensityStatus.nonfinite: "the density left the reals (NaN or inf): reduce `dt`.",
-    DensityStatus.under_resolved: (
-        "the law concentrated below the grid's resolution (spectral energy in the top modes, or negative "
-        "mass, above its tolerance): the run stops at its last resolved snapshot; raise `grid`, or stop "
-        "earlier (slices of the mean-field law become Diracs)."
-    ),
-}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -506,14 +468,14 @@ def status_code(
     tail_tol: float = TAIL_TOL,
     negative_tol: float = NEGATIVE_TOL,
 ) -> jax.Array:
-    """The :class:`DensityStatus` code of ``state`` (an int array, for compiled loops)."""
+    """The :class:`attnflow.numerics.status.Status` code of ``state`` (an int array, compiled)."""
     tail, negative = resolution(field, state)
     finite = jnp.all(jnp.isfinite(state.f))
     resolved = (tail <= tail_tol) & (negative <= negative_tol)
     return jnp.where(
         ~finite,
-        DensityStatus.nonfinite.code,
-        jnp.where(resolved, DensityStatus.ok.code, DensityStatus.under_resolved.code),
+        Status.nonfinite.code,
+        jnp.where(resolved, Status.ok.code, Status.under_resolved.code),
     )
 
 

@@ -6,7 +6,7 @@ methods are the particles' (``attnflow.numerics.integrators``) with the identity
 (``retraction="none"``: a density is not renormalised), the steps are their step policy
 (``ConstantSteps``) and the loop is their compiled core (``attnflow.numerics.solve.advance``: a run
 whose state leaves the reals stops with status ``nonfinite``). What a density adds is its
-resolution status (``DensityStatus``), checked at each snapshot: from the first snapshot that is not
+resolution status (``Status.under_resolved``), checked at each snapshot: from the first snapshot that is not
 ``ok`` on, the run is frozen at its last resolved law.
 
 ``integrate`` is a pure function (``jit``, ``vmap``; a run folder's one-snapshot program). The
@@ -23,7 +23,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnflow.numerics import density_circle, density_sphere
-from attnflow.numerics.density_circle import DensityStatus
 from attnflow.numerics.integrators import Integrator
 from attnflow.numerics.saving import SaveAt
 from attnflow.numerics.solve import Problem, advance
@@ -32,7 +31,7 @@ from attnflow.numerics.steps import ConstantSteps, time_dtype
 
 __all__ = ["integrate", "run_status"]
 
-_OK, _NONFINITE = DensityStatus.ok.code, DensityStatus.nonfinite.code
+_OK, _NONFINITE = Status.ok.code, Status.nonfinite.code
 
 
 def integrate(
@@ -50,7 +49,7 @@ def integrate(
     one snapshot every ``steps_per_snapshot`` steps.
 
     ``integrator``: a method of ``attnflow.numerics.integrators`` with ``retraction="none"`` (e.g.
-    ``RK4(retraction="none")``). ``status(state) -> int code`` (a ``DensityStatus`` code, e.g.
+    ``RK4(retraction="none")``). ``status(state) -> int code`` (a ``Status`` code, e.g.
     ``lambda s: density_circle.status_code(field, s)``; None: ``ok`` while the state is finite),
     checked at each snapshot; from the first one that is not ``ok`` on, the state is frozen (the
     run's last resolved law is repeated) and the code kept. A pure JAX function (``jit``, ``vmap``).
@@ -82,13 +81,9 @@ def integrate(
     return ts, states, codes
 
 
-# DensityStatus code -> Status code (by name: the density's under_resolved is 2, the particles' 3)
-_AS_STATUS = np.asarray([Status(member.value).code for member in DensityStatus], np.int32)
-
-
 def run_status(field, state) -> jax.Array:
     """The resolution status of a density ``state`` (:func:`density_circle.status_code` or
     :func:`density_sphere.status_code`) as a :class:`attnflow.numerics.status.Status` code: the
     ``check`` that ``solve`` takes for a density."""
     module = density_circle if isinstance(field, density_circle.CircleDensityField) else density_sphere
-    return jnp.asarray(_AS_STATUS)[module.status_code(field, state)]
+    return module.status_code(field, state)

@@ -56,9 +56,9 @@ from attnflow.numerics.density_circle import (
     NEGATIVE_TOL,
     NORMALIZATIONS,
     TAIL_TOL,
-    DensityStatus,
     LabelQuadrature,
 )
+from attnflow.numerics.status import Status
 
 __all__ = [
     "SphereDensity",
@@ -427,8 +427,8 @@ def status_code(
     resolved = (tail <= tail_tol) & (negative <= negative_tol)
     return jnp.where(
         ~finite,
-        DensityStatus.nonfinite.code,
-        jnp.where(resolved, DensityStatus.ok.code, DensityStatus.under_resolved.code),
+        Status.nonfinite.code,
+        jnp.where(resolved, Status.ok.code, Status.under_resolved.code),
     )
 
 

@@ -4,9 +4,8 @@
 (JSON, zarr attributes) as its name, and ``status.message`` says what happened and what to do.
 Inside compiled code a status is its ``code`` (an int), turned into a ``Status`` at the edge.
 
-``under_resolved`` is a density run's (``attnflow.numerics.density_circle.DensityStatus``, whose
-own codes are 0, 1, 2: ``DensityStatus.status`` maps it here by name); it comes after the particles'
-statuses so that their codes stay what they were.
+``under_resolved`` is a density run's (``density_circle.status_code``, ``density_sphere.status_code``);
+it comes after the particles' statuses so that their codes stay what they were.
 """
 
 from __future__ import annotations

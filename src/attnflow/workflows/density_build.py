@@ -44,6 +44,7 @@ from attnflow.numerics import density_rotation
 from attnflow.numerics import density_sphere as ds
 from attnflow.numerics.integrators import RK4, Adaptive, Euler, Integrator
 from attnflow.numerics.saving import snapshot_count, whole_multiple
+from attnflow.numerics.status import Status
 from attnflow.workflows.density_initial import circle_initial, load_checked, sphere_initial
 
 __all__ = ["DensityRun", "build_density", "memory_estimate"]
@@ -309,7 +310,7 @@ def build_density(config: Config) -> DensityRun:
             hint="Lower solver.dt (keeping solver.save_every a whole multiple of it).",
         )
     code, tail, negative = _resolution(field, state0)
-    if dc.DensityStatus.from_code(int(code)) != dc.DensityStatus.ok:
+    if int(code) != Status.ok.code:
         key = (
             "density.path"
             if density.init == "file"

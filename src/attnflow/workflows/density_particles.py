@@ -48,6 +48,7 @@ from attnflow.numerics.density_solve import integrate
 from attnflow.numerics.dynamics import make_vector_field
 from attnflow.numerics.integrators import RK4
 from attnflow.numerics.solve import solve
+from attnflow.numerics.status import Status
 
 __all__ = [
     "DENSITY_METRICS",
@@ -109,8 +110,8 @@ def density_law() -> tuple[np.ndarray, np.ndarray]:
             snapshots=1, status=lambda x: density_circle.status_code(field, x),
         )
     )(density_circle.CircleDensity(jnp.asarray(f0)))  # fmt: skip
-    status = density_circle.DensityStatus.from_code(int(codes[-1]))
-    if status != density_circle.DensityStatus.ok:
+    status = Status.from_codes(codes[-1]).item()
+    if status != Status.ok:
         raise RuntimeError(f"density_particles: the density run ended {status.name}, not ok.")
     return f0, np.asarray(states.f[-1])
 

@@ -120,7 +120,7 @@ def _module(field):
 
 @functools.partial(jax.jit, static_argnames=("integrator", "dt", "steps"))
 def _advance(field, state, *, integrator, dt: float, steps: int):
-    """``state`` one snapshot later (``steps`` steps of ``dt``) and its ``DensityStatus`` code; the
+    """``state`` one snapshot later (``steps`` steps of ``dt``) and its ``Status`` code; the
     state is the last resolved one when the code is not ``ok``. One program per shape and option
     set, the field an argument (its arrays are not constants of the program)."""
     module = _module(field)
@@ -174,7 +174,7 @@ class _Stepper:
                 self.program = _advance.lower(run.field, state, **options).compile()
                 self.compile_time = time.perf_counter() - tic
             moved, code = self.program(run.field, state)
-            return moved, dc.DensityStatus.from_code(int(code)).status, run.steps_per_snapshot
+            return moved, Status.from_codes(code).item(), run.steps_per_snapshot
         if self.carry is None:
             policy = self.problem.stepsize
             self.carry = (state, jax.random.key(0), policy.init(run.integrator, state), np.int32(0))
