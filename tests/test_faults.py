@@ -211,12 +211,26 @@ def _wait_for_snapshots(out: Path, count: int, process: subprocess.Popen) -> Non
     pytest.fail(f"the run never stored {count} snapshots")
 
 
+@pytest.fixture(scope="module")
+def long_config(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("long") / "long.toml"
+    path.write_text(LONG)
+    return path
+
+
+@pytest.fixture(scope="module")
+def long_reference(long_config, tmp_path_factory):
+    """An uninterrupted run of LONG through the CLI, once for both signals: a deterministic run of
+    one config (the bitwise reference each resumed run must equal; it was run once per signal)."""
+    ref = tmp_path_factory.mktemp("long_reference") / "run"
+    assert invoke("run", str(long_config), "--out", str(ref)).exit_code == 0
+    return read_trajectory(ref / "trajectory.zarr")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
-def test_killed_cli_run_resumes_bitwise(tmp_path, sig):
-    config = tmp_path / "long.toml"
-    config.write_text(LONG)
-    out, ref = tmp_path / "run", tmp_path / "reference"
+def test_killed_cli_run_resumes_bitwise(tmp_path, long_config, long_reference, sig):
+    config, out = long_config, tmp_path / "run"
     process = _start(config, out)
     try:
         _wait_for_snapshots(out, 5, process)
@@ -238,8 +252,7 @@ def test_killed_cli_run_resumes_bitwise(tmp_path, sig):
         text=True,
     )
     assert resumed.returncode == 0, resumed.stderr
-    assert invoke("run", str(config), "--out", str(ref)).exit_code == 0
-    a, b = read_trajectory(out / "trajectory.zarr"), read_trajectory(ref / "trajectory.zarr")
+    a, b = read_trajectory(out / "trajectory.zarr"), long_reference
     assert a.status == b.status == "ok"
     np.testing.assert_array_equal(a.xs, b.xs)
     np.testing.assert_array_equal(a.ts, b.ts)
