@@ -322,16 +322,22 @@ def test_split_products_equal_the_per_monomial_products(d, beta, tolerance, widt
     k = _points(n, d, seed=d, off_sphere=True)
     q = _points(n, d, seed=d + 50, off_sphere=True)
     y = jax.random.normal(jax.random.key(d), (n, width))
-    reference = _per_monomial(beta, degree, q, k, y)
-    split = plan.evaluate(q, plan.weighted(plan.moments(k, y)))
+    unmasked = expansion._Plan(beta, degree, d, jnp.float64)
+    above = pf.split_exponents(d, degree).sum(axis=2) > degree
+    unmasked.weights = jnp.where(jnp.asarray(above), 1.0, plan.weights)
+
+    def products(q, k, y):  # the three in one compiled program, not op by op
+        return (
+            _per_monomial(beta, degree, q, k, y),
+            plan.evaluate(q, plan.weighted(plan.moments(k, y))),
+            unmasked.evaluate(q, unmasked.weighted(unmasked.moments(k, y))),
+        )
+
+    reference, split, wrong = jax.jit(products)(q, k, y)
     scale = float(jnp.max(jnp.abs(reference)))
     # sums of n = 700 terms of size <= 5 e^{β(SHELL−1)} max|y| (the coefficients are tame):
     # round-off of a few hundred ulps of the result's size, in either order of summation
     assert float(jnp.max(jnp.abs(split - reference))) <= 1e-13 * scale
-    unmasked = expansion._Plan(beta, degree, d, jnp.float64)
-    above = pf.split_exponents(d, degree).sum(axis=2) > degree
-    unmasked.weights = jnp.where(jnp.asarray(above), 1.0, plan.weights)
-    wrong = unmasked.evaluate(q, unmasked.weighted(unmasked.moments(k, y)))
     assert float(jnp.max(jnp.abs(wrong - reference))) > 1e-6 * scale
 
 
@@ -346,8 +352,12 @@ def test_the_lanes_of_a_global_sum_cover_every_token_once(d, n, chunks):
     y = jax.random.normal(jax.random.key(n), (n, 2))
     a = jnp.ones((n, 1))
     assert -(-n // expansion._lane_chunk(plan, n, 2)) == chunks  # the case the parameters name
-    lanes_sum = jax.jit(lambda u, y: expansion._global_sum(plan, u, u, y, a))(u, y)
-    whole = plan.evaluate(u, plan.weighted(plan.moments(u, y)))
+    lanes_sum, whole = jax.jit(  # both in one compiled program, not the whole op by op
+        lambda u, y: (
+            expansion._global_sum(plan, u, u, y, a),
+            plan.evaluate(u, plan.weighted(plan.moments(u, y))),
+        )
+    )(u, y)
     # sums of n terms of size <= 5 e^{β(SHELL−1)} |y| ~ 15: round-off of the order of 1e-13
     np.testing.assert_allclose(lanes_sum, whole, rtol=0, atol=1e-12)
 
@@ -369,8 +379,13 @@ def test_a_step_whose_stages_leave_the_radius_ends_the_run_as_nonfinite():
     exact = solve(field, x0, **opts)
     assert exact.status == Status.ok and np.isfinite(exact.xs).all()
     x = jnp.asarray(exact.xs[1])  # the second step's stages, with the exact field
-    k2 = field(x + dt / 2 * field(x))
-    last_stage = x + dt * field(x + dt / 2 * k2)
+
+    @jax.jit  # one compiled program, not op by op
+    def last_stage(x):
+        k2 = field(x + dt / 2 * field(x))
+        return x + dt * field(x + dt / 2 * k2)
+
+    last_stage = last_stage(x)
     assert float(jnp.max(jnp.linalg.norm(last_stage, axis=1))) > 1.5  # 1.7: far beyond STAGE_RADIUS = 1.1
     approx = solve(dynamics.make_vector_field(kernel, interaction="expansion"), x0, **opts)
     assert approx.status == Status.nonfinite

@@ -72,8 +72,10 @@ def _check_blocked_equals_dense(gauge_name, combos, *, unrolled_tiles: bool):
         for (label, _, _), field, reference in zip(cases, values, dense, strict=True):
             np.testing.assert_allclose(field, reference, rtol=0, atol=1e-12, err_msg=f"{name}: {label}")
     k = make_kernel(g, FACTORS["matrix_signed"](N_BLOCK), beta=1.7)
-    # energy: 400 O(e^β/β) terms regrouped by row blocks, relative round-off ~1e-15
-    np.testing.assert_allclose(summation.energy(k, x, block_size=8), summation.energy(k, x), rtol=1e-12)
+    # energy: 400 O(e^β/β) terms regrouped by row blocks, relative round-off ~1e-15 (both energies in
+    # one compiled program, not op by op)
+    blocked, dense = jax.jit(lambda x: (summation.energy(k, x, block_size=8), summation.energy(k, x)))(x)
+    np.testing.assert_allclose(blocked, dense, rtol=1e-12)
 
 
 @pytest.mark.parametrize("index, gauge_name", list(enumerate(sorted(GAUGES))))
@@ -234,9 +236,14 @@ _THREAD_SCRIPT = textwrap.dedent(
                 traj = solve(field, x0, integrator=integrators.RK4(), dt=0.01, t_end=0.04, save_every=0.02)
                 out[f"{dtype}_{block}_{normalization}"] = traj.xs
             out[f"{dtype}_{block}_energy"] = np.asarray(summation.energy(k, x0, block_size=block))
-            if dtype == "float64":  # 5 seeds: on 2 devices 3 + (2 + a padding copy), on 8 one on each of 5
+            if dtype == "float64":  # a batch of 5 seeds (a lax.map of the run), with this run's settings
                 x0s = np.stack([sphere.sample_uniform(seed, n, 3) for seed in range(5)])
-                traj = solve(field, x0s, integrator=integrators.RK4(), dt=0.01, t_end=0.02, save_every=0.02)
+                # workers=1: in this process, under its flags and devices; in worker processes (one per
+                # core) it would run single-threaded on one device whatever this run's settings
+                # (processes = this process: test_batch.py)
+                traj = solve(
+                    field, x0s, integrator=integrators.RK4(), dt=0.01, t_end=0.02, save_every=0.02, workers=1
+                )
                 out[f"{dtype}_{block}_batch"] = traj.xs
         n = 256  # float64 dense: unrolled tiles (summation.dense_tile)
         g = gauges.make_rope(np.arange(n), 3, gauges.rope_frequencies(3, kind="full_period", n=n))
@@ -270,12 +277,17 @@ def test_results_independent_of_thread_settings_and_devices(tmp_path):
     one_device = "--xla_force_host_platform_device_count=1"
     default = _run_with_flags(tmp_path, "default", one_device)
     runs = [
-        _run_with_flags(tmp_path, "single", f"{one_device} --xla_cpu_multi_thread_eigen=false"),
         _run_with_flags(tmp_path, "two_devices", "", devices=2),  # lanes split over 2 CPU devices
         _run_with_flags(tmp_path, "eight_devices", "", devices=8),  # one lane per device
     ]
+    # one thread: with one core visible, XLA's intra-op pool has one thread, so Eigen's products run
+    # sequentially (what --xla_cpu_multi_thread_eigen=false asks for: a pool of one thread takes
+    # Eigen's sequential product) and XLA's parallel loops run on one thread too: this run covers
+    # that flag's run and more; the flag's run is the fallback where no taskset or one core only
     if shutil.which("taskset") and len(os.sched_getaffinity(0)) > 1:
         runs.append(_run_with_flags(tmp_path, "one_core", one_device, taskset=True))  # one core visible
+    else:
+        runs.append(_run_with_flags(tmp_path, "single", f"{one_device} --xla_cpu_multi_thread_eigen=false"))
     for run in runs:
         assert run.keys() == default.keys()
         for key in default:
@@ -314,14 +326,24 @@ def test_float32_row_blocks_equal_dense():
     factor = factors.DistanceBias(xi=jnp.arange(n, dtype=f32) / n, slope=jnp.asarray(1.0, f32))
     k = Kernel(g, factor, make_profile("exp", beta=1.0, dtype=f32))
     x = uniform(n, 3, seed=8).astype(f32)
-    for normalization, causal in (("usa", False), ("sa", True)):
-        opts = dict(normalization=normalization, causal=causal)
-        dense = dynamics.make_vector_field(k, **opts)(x)
-        blocked = dynamics.make_vector_field(k, block_size=16, **opts)(x)
+    options = [dict(normalization="usa", causal=False), dict(normalization="sa", causal=True)]
+
+    def evaluate(x):  # every field and energy in one compiled program, not op by op
+        fields = [
+            (
+                dynamics.make_vector_field(k, **opts)(x),
+                dynamics.make_vector_field(k, block_size=16, **opts)(x),
+            )
+            for opts in options
+        ]
+        return fields, (summation.energy(k, x, block_size=16), summation.energy(k, x))
+
+    fields, energies = jax.jit(evaluate)(x)
+    for dense, blocked in fields:
         assert blocked.dtype == jnp.float32
         # the same row arithmetic in float32 (row blocks, no regrouping): a few float32 ulps at most
         np.testing.assert_allclose(blocked, dense, rtol=0, atol=1e-5)
-    np.testing.assert_allclose(summation.energy(k, x, block_size=16), summation.energy(k, x), rtol=1e-6)
+    np.testing.assert_allclose(*energies, rtol=1e-6)
 
 
 def test_random_batch_exact_at_p_equals_n_and_error_decreases_with_p():
@@ -330,11 +352,17 @@ def test_random_batch_exact_at_p_equals_n_and_error_decreases_with_p():
     k = make_kernel(g, factors.NoFactor(n), beta=1.0)
     x = uniform(n, 3, seed=5)
     batches, valid = random_batch.partition(jax.random.key(1), n, n)
-    for normalization, causal in (("usa", False), ("sa", True)):
-        approx = random_batch.make_random_batch_field(
-            k, batches, valid, normalization=normalization, causal=causal
-        )(x)
-        exact = dynamics.make_vector_field(k, normalization=normalization, causal=causal)(x)
+
+    def both(x):  # every field in one compiled program, not op by op
+        return [
+            (
+                random_batch.make_random_batch_field(k, batches, valid, normalization=norm, causal=causal)(x),
+                dynamics.make_vector_field(k, normalization=norm, causal=causal)(x),
+            )
+            for norm, causal in (("usa", False), ("sa", True))
+        ]
+
+    for approx, exact in jax.jit(both)(x):
         # one batch holding every token: the exact sums in a permuted order, round-off only
         np.testing.assert_allclose(approx, exact, rtol=0, atol=1e-13)
     batches, valid = random_batch.partition(jax.random.key(2), 10, 4)
