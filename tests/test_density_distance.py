@@ -98,6 +98,21 @@ def test_particles_approach_the_density_like_n_to_the_minus_half():
 def test_particles_approach_the_density_like_n_to_the_minus_half_to_3072(tmp_path, monkeypatch):
     """The README's figure and numbers: n = 192 ... 3072, 8 seeds (``python -m
     attnflow.workflows.density_particles``), its figure drawn without a layout problem."""
+    runs, particle_laws = {}, density_particles.particle_laws
+
+    def once(n, seeds):
+        # main draws seed 0 of n = 3072 after compare ran seeds 0..7 of it: the same draws and the
+        # same RK4, bitwise (measured), a redundant run of 3072 tokens (7 CPU-s); taken from the batch
+        seeds = list(seeds)
+        if n in runs and set(seeds) <= set(runs[n][0]):
+            done, (index, start, end) = runs[n]
+            rows = [done.index(s) for s in seeds]
+            return index, start[rows], end[rows]
+        result = particle_laws(n, seeds)
+        runs[n] = (seeds, result)
+        return result
+
+    monkeypatch.setattr(density_particles, "particle_laws", once)
     with capture_figures(monkeypatch) as figures:
         density_particles.main(["--out", str(tmp_path)])
     result = json.loads((tmp_path / "distances.json").read_text())
@@ -105,6 +120,7 @@ def test_particles_approach_the_density_like_n_to_the_minus_half_to_3072(tmp_pat
     assert -0.6 <= result["slope"] <= -0.4  # 8 seeds per n over a 16-fold n, from 64 tokens per label
     assert "Fitted slope" in (tmp_path / "table.md").read_text()
     assert [problems for _, problems in figures] == [[]]
+    assert sorted(runs) == [192, 768, 3072]  # each size run once, the figure's run taken from compare's
 
 
 def test_growth_rates_of_both_solvers_are_the_closed_form():
