@@ -221,6 +221,7 @@ _THREAD_SCRIPT = textwrap.dedent(
         if devices > 1:
             attnflow.use_cpu_cores(devices)
         assert len(lanes.lane_devices()) == devices
+        energy = jax.jit(summation.energy, static_argnames="block_size")  # one program, not op by op
         n = 1100  # 9 tiles of 128: 45 tile pairs dealt into 8 lanes, the last tile padded
         out = {}
         for dtype, block in (("float64", None), ("float64", 128), ("float32", 128)):
@@ -235,7 +236,7 @@ _THREAD_SCRIPT = textwrap.dedent(
                 field = dynamics.make_vector_field(k, **opts)
                 traj = solve(field, x0, integrator=integrators.RK4(), dt=0.01, t_end=0.04, save_every=0.02)
                 out[f"{dtype}_{block}_{normalization}"] = traj.xs
-            out[f"{dtype}_{block}_energy"] = np.asarray(summation.energy(k, x0, block_size=block))
+            out[f"{dtype}_{block}_energy"] = np.asarray(energy(k, x0, block_size=block))
             if dtype == "float64":  # a batch of 5 seeds (a lax.map of the run), with this run's settings
                 x0s = np.stack([sphere.sample_uniform(seed, n, 3) for seed in range(5)])
                 # workers=1: in this process, under its flags and devices; in worker processes (one per
