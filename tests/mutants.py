@@ -13,7 +13,9 @@ simulated experiment and every realisation really runs the wrong field. The muta
 of a subclass of the field's class (``Mutant[<name>]``) that applies the mutation inside its
 ``__call__``: the field's class is part of its program's key
 (:func:`attnflow.numerics.program_cache.split_field`), so no program compiled for the real field
-(nor for another mutant) can stand in for it.
+(nor for another mutant) can stand in for it. The mutants that differ only by a number (the clock's
+-1, 0.5, 2; beta's 0.5, 2) share ``Mutant[clock]`` and ``Mutant[beta]``: one program, whose
+argument ``number`` is each mutant's own, so each still runs its own wrong field.
 
 A mutant *can act* on a run when the part it changes is in the run's field (:func:`acts`: a gauge,
 an asymmetric gauge for Q^T, a factor, a mask, the softmax, the expansion, a layer norm other than
@@ -162,6 +164,10 @@ _KERNEL_PARTS: dict[str, tuple[str, Callable]] = {
 }
 _SCALES = {"sign flipped": -1.0, "time x 0.5": 0.5, "time x 2": 2.0}
 _BETAS = {"beta x 0.5": 0.5, "beta x 2": 2.0}
+# the mutants that differ only by a number share one class per base (``Mutant[clock]``,
+# ``Mutant[beta]``) with the number as a leaf: one compiled program serves sign flipped, time x 0.5
+# and time x 2 (and beta x 0.5, beta x 2), each run with its own number as an argument
+_SHARED = {**dict.fromkeys(_SCALES, "clock"), **dict.fromkeys(_BETAS, "beta")}
 _OPTIONS: dict[str, Callable[[object], dict]] = {
     "causal ignored": lambda f: {"causal": False},
     "sa as usa": lambda f: {"normalization": "usa"},
@@ -169,11 +175,12 @@ _OPTIONS: dict[str, Callable[[object], dict]] = {
 }
 
 
-def _wrong_attention_field(field: AttentionField, name: str) -> AttentionField:
+def _wrong_attention_field(field: AttentionField, name: str, number=None) -> AttentionField:
     kernel = field.kernel
     options = {}
     if name in _BETAS:
-        kernel = dataclasses.replace(kernel, profile=_scaled_beta(kernel.profile, _BETAS[name]))
+        k = _BETAS[name] if number is None else number
+        kernel = dataclasses.replace(kernel, profile=_scaled_beta(kernel.profile, k))
     elif name in _KERNEL_PARTS:
         part, change = _KERNEL_PARTS[name]
         kernel = dataclasses.replace(kernel, **{part: change(getattr(kernel, part))})
@@ -201,11 +208,11 @@ def _wrong_head(head, name: str):
     return head
 
 
-def _wrong_heads_field(field: HeadsField, name: str) -> HeadsField:
+def _wrong_heads_field(field: HeadsField, name: str, number=None) -> HeadsField:
     values = {f.name: getattr(field, f.name) for f in dataclasses.fields(HeadsField)}
     options = _OPTIONS[name](field) if name in _OPTIONS else {}
     if name in _BETAS:
-        options["profile"] = _scaled_beta(field.profile, _BETAS[name])
+        options["profile"] = _scaled_beta(field.profile, _BETAS[name] if number is None else number)
     heads = tuple(_wrong_head(head, name) for head in field.heads)
     return HeadsField(**(values | options | {"heads": heads}))
 
@@ -248,17 +255,18 @@ def _build_patch(name: str, on_call: Callable[[bool], None], *, wrong: bool) -> 
     return module, attribute, patched
 
 
-def wrong_field(field, name: str):
+def wrong_field(field, name: str, number=None):
     """The real field with the mutation ``name`` (an instance of the real field's class); a build
-    mutant's field is the real one (its mistake is made before the field, in the build)."""
+    mutant's field is the real one (its mistake is made before the field, in the build). ``number``:
+    the beta mutants' factor (a program argument in ``Mutant[beta]``; default its own)."""
     if name in BUILD_MUTANTS:
         return field
     if isinstance(field, LayerNormField):  # the layer's mutation, under the same norm
-        return dataclasses.replace(field, layer=wrong_field(field.layer, name))
+        return dataclasses.replace(field, layer=wrong_field(field.layer, name, number))
     if isinstance(field, HeadsField):
-        return _wrong_heads_field(field, name)
+        return _wrong_heads_field(field, name, number)
     if isinstance(field, AttentionField):
-        return _wrong_attention_field(field, name)
+        return _wrong_attention_field(field, name, number)
     raise TypeError(f"mutants: no mutation of a {type(field).__name__}")
 
 
@@ -267,21 +275,34 @@ _CLASSES: dict[tuple[type, str], type] = {}
 
 def mutant_class(base: type, name: str) -> type:
     """``Mutant[name]``, a subclass of ``base`` whose ``__call__`` runs the wrong field (one class
-    per base and mutant: the runs of one structure share its compiled program)."""
-    if (base, name) in _CLASSES:
-        return _CLASSES[base, name]
-    scale = _SCALES.get(name, 1.0)
+    per base and mutant: the runs of one structure share its compiled program). The mutants of
+    :data:`_SHARED` share ``Mutant[clock]`` (the field times ``number``) or ``Mutant[beta]`` (beta
+    times ``number``), whose field ``number`` is a leaf: an argument of the program, not a constant."""
+    kind = _SHARED.get(name, name)
+    if (base, kind) in _CLASSES:
+        return _CLASSES[base, kind]
 
     def __call__(self, x):
         real = base(**{f.name: getattr(self, f.name) for f in dataclasses.fields(base)})
-        if name == "layer norm dropped":
+        if kind == "layer norm dropped":
             return _post_instead(real, x)
-        v = base.__call__(real if name in _SCALES else wrong_field(real, name), x)
-        return v if scale == 1.0 else scale * v
+        if kind == "clock":
+            v = base.__call__(real, x)
+            return v * jnp.asarray(self.number).astype(v.dtype)  # -1, 0.5, 2: exact
+        if kind == "beta":
+            return base.__call__(wrong_field(real, "beta x 2", self.number), x)
+        return base.__call__(wrong_field(real, name), x)
 
-    cls = type(f"Mutant[{name}]", (base,), {"__call__": __call__, "__module__": __name__})
-    cls = pytree_field(data_fields=base.pytree_data_fields)(cls)  # arrays as arguments, as the base's
-    _CLASSES[base, name] = cls
+    namespace = {"__call__": __call__, "__module__": __name__}
+    data = base.pytree_data_fields  # arrays as arguments, as the base's
+    if kind in ("clock", "beta"):
+        namespace |= {"__annotations__": {"number": "object"}, "number": 1.0}
+    cls = type(f"Mutant[{kind}]", (base,), namespace)
+    if kind in ("clock", "beta"):
+        cls = dataclasses.dataclass(frozen=True)(cls)
+        data = (*data, "number")
+    cls = pytree_field(data_fields=data)(cls)
+    _CLASSES[base, kind] = cls
     return cls
 
 
@@ -303,7 +324,10 @@ def mutant(field, name: str):
     if name in BUILD_MUTANTS:
         return field
     base = type(field)
-    return mutant_class(base, name)(**{f.name: getattr(field, f.name) for f in dataclasses.fields(base)})
+    values = {f.name: getattr(field, f.name) for f in dataclasses.fields(base)}
+    if name in _SHARED:  # its number, as a leaf of the shared class
+        values["number"] = np.float64((_SCALES | _BETAS)[name])
+    return mutant_class(base, name)(**values)
 
 
 def changes(field, name: str, x0) -> bool:

@@ -57,13 +57,20 @@ def test_a_mutant_is_its_own_program_and_moves_otherwise():
     for name in ("sign flipped", "beta x 0.5", "time x 2", "gauge ignored", "labels shuffled", "Q^T for Q",
                  "values swapped"):  # fmt: skip
         wrong = mutants.mutant(sim.field, name)
-        assert type(wrong).__name__ == f"Mutant[{name}]"
+        # the mutants that differ by a number share a class (the number a leaf): clock, beta
+        assert type(wrong).__name__ == f"Mutant[{mutants._SHARED.get(name, name)}]"
         wrong_key, wrong_leaves = program_cache.split_field(wrong)
         assert wrong_key != real_key
         # a pytree like the real field: its arrays are arguments, so every run of one structure shares
         # one program (as a leaf, each instance was its own program, with the arrays as constants)
         assert wrong_leaves and program_cache.split_field(mutants.mutant(sim.field, name))[0] == wrong_key
         assert mutants.acts(sim.field, name) and mutants.changes(sim.field, name, x), name
+    # sign flipped and time x 2: one program (the same key), their own number as an argument
+    flipped, doubled = (
+        program_cache.split_field(mutants.mutant(sim.field, n)) for n in ("sign flipped", "time x 2")
+    )
+    assert flipped[0] == doubled[0] and (float(flipped[1][-1]), float(doubled[1][-1])) == (-1.0, 2.0)
+    np.testing.assert_array_equal(mutants.mutant(sim.field, "sign flipped")(x), -sim.field(x))
     # no factor, no mask, usa, exact, post-LN: these cannot act on E1 (the field is the real one)
     for name in ("factor ignored", "causal ignored", "sa as usa", "expansion loosened", "layer norm dropped"):
         assert not mutants.acts(sim.field, name) and not mutants.changes(sim.field, name, x), name
