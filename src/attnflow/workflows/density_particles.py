@@ -150,6 +150,26 @@ def _mode_rates(start: np.ndarray, end: np.ndarray, phases: np.ndarray) -> np.nd
     return np.log(coefficient(end) / coefficient(start)) / GROWTH_T
 
 
+@functools.lru_cache(maxsize=2)
+def _density_growth_rates(beta: float) -> np.ndarray:
+    """The density solver's rates of :data:`GROWTH_MODES` (one run per mode, vmapped: independent
+    runs), solved once per ``beta`` in a process: they depend on no particle simulator (the mutation
+    test and reproduce's seeds ask for them again)."""
+    modes = np.asarray(GROWTH_MODES)
+    field = density_circle.make_circle_field(
+        make_profile("exp", beta=beta), grid=GRID // 2, labels=density_circle.position_labels(1)
+    )
+    theta = density_circle.grid_angles(GRID // 2)
+    f0 = 1.0 / (2.0 * np.pi) + GROWTH_EPS * np.cos(modes[:, None] * theta)[:, None, :]
+    final = jax.jit(jax.vmap(lambda f: integrate(
+        field, density_circle.CircleDensity(f), integrator=RK4(retraction="none"), dt=GROWTH_DT,
+        steps_per_snapshot=round(GROWTH_T / GROWTH_DT), snapshots=1,
+    )[1].f[-1]))(jnp.asarray(f0))  # fmt: skip
+    rates = _mode_rates(f0[:, 0], np.asarray(final)[:, 0], theta)
+    rates.setflags(write=False)  # shared by every caller
+    return rates
+
+
 def growth_rate_errors(beta: float = BETA) -> dict[str, float]:
     """``max_k |σ_k measured / σ_k − 1|`` over :data:`GROWTH_MODES` for the density solver
     (``"density"``) and for the particles (``"particles"``, :data:`GROWTH_TOKENS` equispaced tokens,
@@ -159,18 +179,7 @@ def growth_rate_errors(beta: float = BETA) -> dict[str, float]:
     modes = np.asarray(GROWTH_MODES)
     exact = modes**2 * scipy.special.iv(modes, beta) / beta
     profile = make_profile("exp", beta=beta)
-    steps = round(GROWTH_T / GROWTH_DT)
-    # the density: one run per mode, vmapped (independent runs)
-    field = density_circle.make_circle_field(
-        profile, grid=GRID // 2, labels=density_circle.position_labels(1)
-    )
-    theta = density_circle.grid_angles(GRID // 2)
-    f0 = 1.0 / (2.0 * np.pi) + GROWTH_EPS * np.cos(modes[:, None] * theta)[:, None, :]
-    final = jax.jit(jax.vmap(lambda f: integrate(
-        field, density_circle.CircleDensity(f), integrator=RK4(retraction="none"), dt=GROWTH_DT,
-        steps_per_snapshot=steps, snapshots=1,
-    )[1].f[-1]))(jnp.asarray(f0))  # fmt: skip
-    density = _mode_rates(f0[:, 0], np.asarray(final)[:, 0], theta)
+    density = _density_growth_rates(beta)
     # the particles: equispaced tokens displaced by eps cos(k phi), one run per mode (a batch)
     phases = 2.0 * np.pi * np.arange(GROWTH_TOKENS) / GROWTH_TOKENS
     angles = phases + GROWTH_EPS * np.cos(modes[:, None] * phases)
