@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from attnflow.io.cache_folder import CacheFolderError, check_private_folder
+from attnflow.numerics.private_folder import CacheFolderError, check_private_folder
 from attnflow.workflows.sweep import compilation_cache_environ
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "attnflow"

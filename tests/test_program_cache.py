@@ -11,8 +11,7 @@ import numpy as np
 
 from attnflow.core.kernel import Kernel, Profile
 from attnflow.core.pytree import ByIdentity
-from attnflow.io import cache_folder
-from attnflow.numerics import dynamics, integrators, program_cache
+from attnflow.numerics import dynamics, integrators, private_folder, program_cache
 from attnflow.numerics.program_cache import join_field, split_field
 from attnflow.numerics.solve import solve
 from helpers_core import factor_distance_bias, gauge_rope_full_period, make_kernel, uniform
@@ -92,9 +91,9 @@ def test_kernel_numbers_are_arguments_profile_kind_is_structure():
 
 
 def test_persistent_cache_folder_is_private_and_overridable(tmp_path, monkeypatch):
-    monkeypatch.setenv(cache_folder.CACHE_ENV, str(tmp_path / "mine"))
+    monkeypatch.setenv(private_folder.CACHE_ENV, str(tmp_path / "mine"))
     assert program_cache.persistent_cache_folder() == tmp_path / "mine"
-    monkeypatch.delenv(cache_folder.CACHE_ENV)
+    monkeypatch.delenv(private_folder.CACHE_ENV)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert program_cache.persistent_cache_folder() == tmp_path / "xdg" / "attnflow" / "jax"
     before = jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs
@@ -109,11 +108,11 @@ def test_persistent_cache_folder_is_private_and_overridable(tmp_path, monkeypatc
 
 def test_the_user_docs_name_the_cache_folder_and_its_variable(tmp_path, monkeypatch):
     running = (Path(__file__).parents[1] / "docs" / "running.md").read_text()
-    monkeypatch.delenv(cache_folder.CACHE_ENV, raising=False)
+    monkeypatch.delenv(private_folder.CACHE_ENV, raising=False)
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     default = program_cache.persistent_cache_folder().relative_to(tmp_path)
-    assert f"`~/{default}`" in running and f"`{cache_folder.CACHE_ENV}`" in running
+    assert f"`~/{default}`" in running and f"`{private_folder.CACHE_ENV}`" in running
 
 
 def test_tolerances_are_arguments():

@@ -16,7 +16,7 @@ traced (tests assert that a second run compiles nothing), ``compile_clock`` time
 too: JAX's persistent cache, in a private user cache folder (``ATTNFLOW_CACHE_DIR`` overrides it;
 ``ATTNFLOW_CACHE_DIR=off`` turns it off).
 A compiled program read from disk runs as code, so the folder must be one no other user can write
-or swap (:func:`attnflow.io.cache_folder.check_private_folder`), or the cache is refused.
+or swap (:func:`attnflow.numerics.private_folder.check_private_folder`), or the cache is refused.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 import jax
 
 from attnflow.core.pytree import ByIdentity
-from attnflow.io.cache_folder import cache_folder, cache_turned_off, check_private_folder
+from attnflow.numerics.private_folder import cache_folder, cache_turned_off, check_private_folder
 
 _COUNTS = {"misses": 0}
 
@@ -103,7 +103,7 @@ def compile_clock() -> Iterator[_Clock]:
         _CLOCKS.remove(clock)
 
 
-persistent_cache_folder = cache_folder  # the one default location (io.cache_folder)
+persistent_cache_folder = cache_folder  # the one default location (numerics.private_folder)
 
 
 def enable_persistent_cache(folder: Path | None = None) -> Path | None:

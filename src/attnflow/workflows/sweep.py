@@ -121,12 +121,12 @@ WORKER_ENVIRON: dict[str, str] = {**SINGLE_THREAD_ENVIRON, "MALLOC_TRIM_THRESHOL
 
 def compilation_cache_environ(cache_dir: str | os.PathLike | None = None) -> dict[str, str]:
     """Environment that makes JAX keep every compiled program in ``cache_dir`` (default: the user's
-    private cache folder, :func:`attnflow.io.cache_folder.cache_folder`), so that a worker
+    private cache folder, :func:`attnflow.numerics.private_folder.cache_folder`), so that a worker
     process compiles each program once, not once per process; empty (each worker compiles its own
     programs) where another user could write or swap that folder
-    (:func:`attnflow.io.cache_folder.check_private_folder`: a cached program runs as code),
+    (:func:`attnflow.numerics.private_folder.check_private_folder`: a cached program runs as code),
     and where the default is asked for and the cache is turned off (``ATTNFLOW_CACHE_DIR=off``)."""
-    from attnflow.io.cache_folder import (
+    from attnflow.numerics.private_folder import (
         CacheFolderError,
         cache_folder,
         cache_turned_off,
