@@ -290,7 +290,7 @@ def mutant_class(base: type, name: str) -> type:
             v = base.__call__(real, x)
             return v * jnp.asarray(self.number).astype(v.dtype)  # -1, 0.5, 2: exact
         if kind == "beta":
-            return base.__call__(wrong_field(real, "beta x 2", self.number), x)
+            return base.__call__(wrong_field(real, name, self.number), x)  # any beta mutant: its number
         return base.__call__(wrong_field(real, name), x)
 
     namespace = {"__call__": __call__, "__module__": __name__}

@@ -125,7 +125,6 @@ def test_particles_approach_the_density_like_n_to_the_minus_half_to_3072(
 ):
     """The README's figure and numbers: n = 192 ... 3072, 8 seeds (``python -m
     attnflow.workflows.density_particles``), its figure drawn without a layout problem."""
-    runs = particle_runs
     with capture_figures(monkeypatch) as figures:
         density_particles.main(["--out", str(tmp_path)])
     result = json.loads((tmp_path / "distances.json").read_text())
@@ -133,7 +132,7 @@ def test_particles_approach_the_density_like_n_to_the_minus_half_to_3072(
     assert -0.6 <= result["slope"] <= -0.4  # 8 seeds per n over a 16-fold n, from 64 tokens per label
     assert "Fitted slope" in (tmp_path / "table.md").read_text()
     assert [problems for _, problems in figures] == [[]]
-    assert {192, 768, 3072} <= set(runs)  # the figure's run taken from compare's
+    assert {192, 768, 3072} <= set(particle_runs)  # the figure's run taken from compare's
 
 
 def test_growth_rates_of_both_solvers_are_the_closed_form():

@@ -381,11 +381,11 @@ def test_a_step_whose_stages_leave_the_radius_ends_the_run_as_nonfinite():
     x = jnp.asarray(exact.xs[1])  # the second step's stages, with the exact field
 
     @jax.jit  # one compiled program, not op by op
-    def last_stage(x):
+    def stage_from(x):
         k2 = field(x + dt / 2 * field(x))
         return x + dt * field(x + dt / 2 * k2)
 
-    last_stage = last_stage(x)
+    last_stage = stage_from(x)
     assert float(jnp.max(jnp.linalg.norm(last_stage, axis=1))) > 1.5  # 1.7: far beyond STAGE_RADIUS = 1.1
     approx = solve(dynamics.make_vector_field(kernel, interaction="expansion"), x0, **opts)
     assert approx.status == Status.nonfinite
