@@ -5,6 +5,8 @@ import jax
 import pytest
 from jax._src import compilation_cache
 
+import compile_report
+
 jax.config.update("jax_enable_x64", True)
 # the CLI enables JAX's persistent compilation cache: off in tests (out of the user's cache folder,
 # and XLA's CPU serialisation of some programs crashes the process: a worker segfaulted writing one
@@ -14,6 +16,17 @@ os.environ["ATTNFLOW_CACHE_DIR"] = "off"
 
 def pytest_addoption(parser):
     parser.addoption("--slow", action="store_true", help="also run the tests marked slow (CI runs them)")
+    parser.addoption(
+        "--compile-report",
+        type=int,
+        default=0,
+        metavar="N",
+        help="after the run: the share of test time spent compiling, and the N tests that compiled longest",
+    )
+
+
+def pytest_configure(config):
+    compile_report.register(config)
 
 
 def pytest_collection_modifyitems(config, items):
