@@ -1,6 +1,7 @@
 """build(config): labels, gauges, initial data and options reach the runtime objects."""
 
 import re
+import warnings
 
 import jax.numpy as jnp
 import numpy as np
@@ -72,9 +73,29 @@ def test_dtype_and_block_size_options():
     assert resolve_block_size(cfg(model={"n": 10_000})) is not None  # automatic blocking for large n
 
 
-def test_stiffness_warning():
-    with pytest.warns(UserWarning, match="solver.dt"):
+def test_stiffness_warning_names_the_largest_stable_step():
+    # dt·c·e^β = 0.1·e^5 = 14.84; stable below 1/e^5 = 0.006738
+    expected = r"^solver\.dt = 0\.1 .*dt·c·e\^β = 14\.8 > 1 .*consider dt <= 0\.00674\.$"
+    with pytest.warns(UserWarning, match=expected):
         build(cfg(model={"n": 8, "beta": 5.0}, solver={"dt": 0.1, "t_end": 1.0, "save_every": 0.1}))
+
+
+def test_a_ratio_just_above_one_is_shown_above_one():
+    # 0.05·e^3 = 1.00428: "1.0043 > 1", not "1 > 1"
+    with pytest.warns(UserWarning, match=r"dt·c·e\^β = 1\.0043 > 1 .*consider dt <= 0\.0498\.$"):
+        build(cfg(model={"n": 8, "beta": 3.0}, solver={"dt": 0.05, "t_end": 1.0, "save_every": 0.1}))
+
+
+def test_a_beta_whose_exponential_overflows_is_named_without_numpy_s_warning():
+    """β = 800: c·e^β is not a float64 number, so no step is stable: the one warning says so (not
+    "consider dt <= 0"), and NumPy's own overflow warning does not reach the user."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        build(cfg(model={"n": 8, "beta": 800.0}, solver={"dt": 0.1, "t_end": 1.0, "save_every": 0.1}))
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 1, messages
+    assert messages[0].startswith("solver.dt = 0.1 is outside the stable range: dt·c·e^β = inf > 1")
+    assert messages[0].endswith("c·e^β itself overflows float64, so no step is stable: lower model.beta.")
 
 
 def test_package_import_exposes_the_api_without_plotting():

@@ -401,10 +401,16 @@ def _key_value(config: Config, key: str):
     return getattr(getattr(config, section), name)
 
 
-def _profile_scale(profile) -> float:
-    """``Profile.scale`` (``c e^β``, or ``c``) computed on the host, for the step-size warning."""
+def _profile_scale(profile, largest: float = 1.0) -> float:
+    """The field's scale for the step-size warning, on the host: ``c e^{β m}`` (``m`` the largest
+    product of a head's query and key norms, 1 without heads), or ``c`` for the linear profile. It is
+    inf where ``e^{β m}`` overflows float64 (β m above ~709), without NumPy's overflow warning: the
+    step warning says what it means."""
     c = float(np.asarray(profile.c))
-    return c * float(np.exp(np.asarray(profile.beta, dtype=np.float64))) if profile.kind == "exp" else c
+    if profile.kind != "exp":
+        return c
+    with np.errstate(over="ignore"):
+        return c * float(np.exp(float(np.asarray(profile.beta)) * largest))
 
 
 def build(
@@ -512,12 +518,19 @@ def _simulation(config: Config, kernel: Kernel, field, xi: np.ndarray, block_siz
 
 def _warn_step(solver, scale: float) -> None:
     ratio = solver.dt * scale
-    if solver.method != "adaptive" and ratio > 1.0:
-        warnings.warn(
-            f"solver.dt = {solver.dt} is outside the stable range: dt·c·e^β = {ratio:.3g} > 1 "
-            f"(collapse rate ≈ 2c·e^β); consider dt <= {1.0 / scale:.3g}.",
-            stacklevel=3,
-        )
+    if solver.method == "adaptive" or not ratio > 1.0:
+        return
+    if math.isinf(scale):  # no dt is small enough: the scale itself is not a float64 number
+        advice = "c·e^β itself overflows float64, so no step is stable: lower model.beta"
+    else:
+        advice = f"consider dt <= {1.0 / scale:.3g}"
+    # the ratio with as many digits as it takes to show it above 1 (1.0043, not "1 > 1")
+    shown = next(text for text in (f"{ratio:.{digits}g}" for digits in (3, 5, 17)) if float(text) > 1.0)
+    warnings.warn(
+        f"solver.dt = {solver.dt} is outside the stable range: dt·c·e^β = {shown} > 1 "
+        f"(collapse rate ≈ 2c·e^β); {advice}.",
+        stacklevel=3,
+    )
 
 
 def _build_heads(config: Config, xi: np.ndarray, profile, block_size, dtype) -> Simulation:
@@ -541,6 +554,6 @@ def _build_heads(config: Config, xi: np.ndarray, profile, block_size, dtype) -> 
             tolerance=solver.tolerance,
         )
     largest = max(np.prod(head_norms(head)) for head in heads)
-    _warn_step(solver, _profile_scale(profile) * float(np.exp(dynamics_beta(config) * (largest - 1.0))))
+    _warn_step(solver, _profile_scale(profile, float(largest)))
     kernel = Kernel(gauge=gauges.IdentityGauge(n=n, d=d), factor=factors.NoFactor(n=n), profile=profile)
     return _simulation(config, kernel, field, xi, block_size, dtype)
