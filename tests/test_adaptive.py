@@ -26,7 +26,9 @@ def _equiangular(n=8, beta=1.0, rho0=0.1):
 def _rho(t_eval, n=8, beta=1.0, rho0=0.1):
     """The closed-form ODE of the equiangular cosine (unnormalised attention)."""
     rate = lambda t, r: 2.0 / n * np.exp(beta * r) * (1 - r) * ((n - 1) * r + 1)  # noqa: E731
-    ode = solve_ivp(rate, (0.0, max(t_eval)), [rho0], method="DOP853", rtol=1e-13, atol=1e-14, t_eval=t_eval)
+    # a short first trial: SciPy's own first guess at beta = 10 overflows exp (then is rejected)
+    ode = solve_ivp(rate, (0.0, max(t_eval)), [rho0], method="DOP853", rtol=1e-13, atol=1e-14, t_eval=t_eval,
+                    first_step=1e-4)  # fmt: skip
     return ode.y[0]
 
 
