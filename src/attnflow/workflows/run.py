@@ -22,6 +22,7 @@ import dataclasses
 import json
 import os
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -239,11 +240,15 @@ def run(
     started, ``metrics.json`` records its status, written last (after the figures); Ctrl-C raises
     ``RunInterrupted`` once the store is closed as ``interrupted``.
     """
-    sim = build(config, streamed=True)
+    with warnings.catch_warnings(record=True) as advice:  # given once the folder accepts the run:
+        warnings.simplefilter("always")  # a refused --resume is one line, not advice and a refusal
+        sim = build(config, streamed=True)
     resolved = resolved_dict(config)
     with run_folder.claimed(out_dir, run_folder.RUN, resume=resume, overwrite=overwrite) as claim:
         try:
-            return _run_in_folder(config, sim, claim.path, resolved, resume=claim.resumed, progress=progress)
+            return _run_in_folder(
+                config, sim, claim.path, resolved, resume=claim.resumed, progress=progress, advice=advice
+            )
         except ValueError:  # bad input found by the store before its first write: leave nothing behind
             if not claim.resumed and not (claim.path / "trajectory.zarr").exists():
                 claim.discard()
@@ -282,7 +287,9 @@ class _Snapshots:
             self.pending = None
 
 
-def _run_in_folder(config, sim, out_dir: Path, resolved: dict, *, resume: bool, progress) -> RunResult:
+def _run_in_folder(
+    config, sim, out_dir: Path, resolved: dict, *, resume: bool, progress, advice=()
+) -> RunResult:
     n_snapshots = snapshot_count(sim.t_end, sim.save_every)
     status, statistics, start, writer = "error", None, time.perf_counter(), None
     summary = OnlineSummary(
@@ -297,6 +304,8 @@ def _run_in_folder(config, sim, out_dir: Path, resolved: dict, *, resume: bool, 
     snapshots = None
     try:
         writer = _open_writer(config, sim, out_dir, resolved, resume=resume)
+        for said in advice:  # build's warnings, under the caller's filters
+            warnings.warn_explicit(said.message, said.category, said.filename, said.lineno)
         snapshots = _Snapshots(config, sim, writer, summary)
         first = writer.n_snapshots - 1 if resume else 0  # the stored snapshot the solve starts from
         x0, r0 = sim.x0, None
