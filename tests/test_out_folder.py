@@ -4,6 +4,7 @@ import os
 
 import pytest
 
+from attnflow.io import run_folder
 from attnflow.io.run_folder import OutFolderError, check_out_folder
 
 
@@ -52,3 +53,21 @@ def test_the_option_is_named(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(OutFolderError, match=r"^DIR: Not a directory"):
         check_out_folder(tmp_path / "file", option="DIR")
+
+
+@pytest.mark.parametrize("relative", ["link", "link/run"])
+def test_a_link_to_nothing_is_refused_in_one_line(tmp_path, relative):
+    (tmp_path / "link").symlink_to(tmp_path / "missing")
+    with pytest.raises(
+        OutFolderError, match=r"^--out: symbolic link to a missing target \(.*link.* -> .*missing\)$"
+    ):
+        check_out_folder(tmp_path / relative)
+    assert not (tmp_path / "missing").exists()
+
+
+def test_a_folder_no_check_foresees_is_refused_when_claimed():
+    # as root, /proc passes the checks (it exists, root may write) but makes no folder
+    reason = "No such file or directory" if os.geteuid() == 0 else "Permission denied"
+    with pytest.raises(OutFolderError, match=rf"^--out: {reason} \(/proc/attnflow-run\)$"):
+        with run_folder.claimed("/proc/attnflow-run"):
+            pass

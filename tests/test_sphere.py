@@ -107,3 +107,23 @@ def test_equiangular_single_point():
         return  # a clear ValueError is an acceptable answer for n = 1
     # one point: the Cholesky factor of [1] is e_1, exactly
     np.testing.assert_array_equal(np.asarray(x), [[1.0, 0.0, 0.0]])
+
+
+@pytest.mark.parametrize(
+    ("center", "direction", "dtype"),
+    [
+        ([1e-200, 0.0, 0.0], [1.0, 0.0, 0.0], np.float64),  # |c|^2 underflows to 0
+        ([1e308, 1e308, 0.0], [1.0, 1.0, 0.0], np.float64),  # |c|^2 overflows to inf
+        ([0.0, 0.0, 1e-30], [0.0, 0.0, 1.0], np.float32),
+    ],
+)
+def test_a_cap_about_a_tiny_or_huge_center_is_the_cap_about_its_direction(center, direction, dtype):
+    cap = sphere.sample_cap(5, 16, center, sigma=0.2, dtype=dtype)
+    np.testing.assert_array_equal(
+        np.asarray(cap), np.asarray(sphere.sample_cap(5, 16, direction, sigma=0.2, dtype=dtype))
+    )
+
+
+def test_a_cap_about_no_direction_is_refused():
+    with pytest.raises(ValueError, match=r"`center` must be a finite nonzero vector; got \[0.0, 0.0, 0.0\]"):
+        sphere.sample_cap(5, 16, [0.0, 0.0, 0.0], sigma=0.2)

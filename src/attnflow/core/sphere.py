@@ -89,6 +89,18 @@ def _numpy_normalize(x: np.ndarray) -> np.ndarray:
     return x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True))
 
 
+def _unit_center(c: np.ndarray) -> np.ndarray:
+    """``c / |c|``; a center whose squared norm leaves the dtype's range (1e-200 or 1e200 in
+    float64, 1e-30 in float32) is first divided by its largest entry: a direction like any other."""
+    if not (np.all(np.isfinite(c)) and np.any(c)):
+        raise ValueError(f"sample_cap: `center` must be a finite nonzero vector; got {c.tolist()}.")
+    with np.errstate(over="ignore", under="ignore"):
+        square = np.sum(c * c)
+    if not np.finfo(c.dtype).tiny <= square < np.inf:
+        c = c / np.max(np.abs(c))
+    return _numpy_normalize(c)
+
+
 def sample_uniform(key, n: int, d: int, *, dtype=jnp.float64) -> jax.Array:
     """``n`` iid uniform points on ``S^{d−1}`` (normalised standard Gaussians).
 
@@ -106,7 +118,7 @@ def sample_cap(key, n: int, center: jax.Array, *, sigma: float, dtype=jnp.float6
     ``key`` is a JAX key or an integer seed, as for ``sample_uniform``.
     """
     if _seeded(key):
-        c = _numpy_normalize(np.asarray(center, dtype=dtype))
+        c = _unit_center(np.asarray(center, dtype=dtype))
         points = c + sigma * _numpy_gaussian(key, (n, c.shape[-1]), dtype)
         return to_device(_numpy_normalize(points), dtype)
     center = normalize(jnp.asarray(center, dtype=dtype))

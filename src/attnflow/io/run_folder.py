@@ -85,13 +85,17 @@ def _read_only(folder: Path) -> bool:
 def check_out_folder(path: str | os.PathLike, *, option: str = "--out") -> Path:
     """``path`` as a ``Path`` if a folder can be made there; else :class:`OutFolderError` with one
     line ``--out: <reason> (<path>)``: it is a file or a device, a path component is a file, a
-    name is longer than the filesystem allows, or the nearest existing folder is not writable (a
-    read-only filesystem included). Creates nothing."""
+    name is longer than the filesystem allows, a symbolic link points nowhere, or the nearest
+    existing folder is not writable (a read-only filesystem included). Creates nothing."""
     path = Path(path)
     absolute = Path(os.path.abspath(path))
     existing = absolute
-    while not os.path.exists(existing) and existing != existing.parent:  # False for impossible names
+    while not os.path.lexists(existing) and existing != existing.parent:  # False for impossible names
         existing = existing.parent
+    if existing.is_symlink() and not existing.exists():  # a link to nothing: no folder can be made
+        raise OutFolderError(
+            f"{option}: symbolic link to a missing target ({path} -> {os.readlink(existing)})"
+        )
     if not existing.is_dir():  # the path, or a component of it, is a file or a device
         raise _fail(option, errno.ENOTDIR, path)
     longest = _name_max(existing)
@@ -275,7 +279,10 @@ def claimed(
     folder = check_out_folder(folder)
     _check_options(layout, resume=resume, overwrite=overwrite)  # the folder's rule once it is held
     created = not folder.exists()
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:  # what no check foresees (a pseudo-filesystem such as /proc)
+        raise _fail("--out", error.errno or errno.EIO, folder) from None
     fd = _lock(folder)
     if fd is None:
         raise OutFolderError(
