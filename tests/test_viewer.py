@@ -293,6 +293,19 @@ def test_animate_refuses_bad_options_before_writing(tmp_path, kwargs, message):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["trajectory.zarr"]
 
 
+@pytest.mark.parametrize("out", ["missing/m.gif", "folder.gif"])
+def test_animate_refuses_a_movie_that_cannot_be_written_before_writing(tmp_path, out):
+    from attnflow.io.config import ConfigError
+    from attnflow.workflows.animate import animate
+
+    (tmp_path / "trajectory.zarr").mkdir()
+    (tmp_path / "folder.gif").mkdir()  # a folder where the file would go
+    message = rf"^animate: `--out` must be a file in an existing, writable folder; got '.*{out}'\.$"
+    with pytest.raises(ConfigError, match=message):
+        animate(tmp_path, out=tmp_path / out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder.gif", "trajectory.zarr"]
+
+
 def test_animate_needs_a_run_folder(tmp_path):
     from attnflow.io.config import ConfigError
     from attnflow.workflows.animate import animate

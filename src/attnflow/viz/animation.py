@@ -10,6 +10,7 @@ snapshot). GIF through Pillow (matplotlib's own dependency); MP4 needs ``ffmpeg`
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +35,10 @@ def check_format(path: str | Path) -> Path:
     path = Path(path)
     if path.suffix not in FORMATS:
         raise ValueError(f"animate: `--out` must end in one of {list(FORMATS)}; got {str(path)!r}.")
+    if path.is_dir() or not (path.parent.is_dir() and os.access(path.parent, os.W_OK | os.X_OK)):
+        raise ValueError(
+            f"animate: `--out` must be a file in an existing, writable folder; got {str(path)!r}."
+        )
     if path.suffix == ".mp4" and shutil.which("ffmpeg") is None:
         raise ValueError(
             f"animate: `--out` {str(path)!r} needs ffmpeg on the PATH; none found (write a .gif)."
