@@ -232,6 +232,28 @@ def test_an_adaptive_run_at_the_snapshot_bound_is_accepted():
             "it); got 1e-06. Remove it; it is read when `solver.interaction` is 'expansion' or 'auto'.",
         ),
         (
+            {"model": {"beta_scaling": "log_n", "beta": 5.0}},
+            "`model.beta` must be left out when `model.beta_scaling` = 'log_n' (which does not read it); "
+            "got 5.0. Remove it; it is read when `model.beta_scaling` is 'none'.",
+        ),
+        (
+            {"model": {"gamma": 3.0}},
+            "`model.gamma` must be left out when `model.beta_scaling` = 'none' (which does not read it); "
+            "got 3.0. Remove it; it is read when `model.beta_scaling` is 'log_n'.",
+        ),
+        (
+            {"attention": {"heads": 2, "scale": 2.0}},
+            "`attention.scale` must be left out when `attention.weights` = 'identity' (which does not read "
+            "it); got 2.0. Remove it; it is read when `attention.weights` is 'gaussian', 'orthogonal', "
+            "'shared' or 'random_qk'.",
+        ),
+        (
+            {"attention": {"weights": "maps.npz", "seed": 5}},
+            "`attention.seed` must be left out when `attention.weights` = a file (which does not read it); "
+            "got 5. Remove it; it is read when `attention.weights` is 'gaussian', 'orthogonal', 'shared' "
+            "or 'random_qk'.",
+        ),
+        (
             {"init": {"kind": "uniform", "sigma": 0.5}},
             "`init.sigma` must be left out when `init.kind` = 'uniform' (which does not read it); got 0.5. "
             "Remove it; it is read when `init.kind` is 'cap'.",
@@ -286,7 +308,7 @@ def test_a_section_the_table_does_not_know_is_not_refused(tmp_path):
     # keys outside the table (a section being added, say) are left to the schema
     from attnflow.io.config_unused import check_unused
 
-    check_unused({"attention": {"anything": 1}}, config_from_dict({}), where="x")  # no error
+    check_unused({"future": {"anything": 1}}, config_from_dict({}), where="x")  # no error
     with pytest.raises(ConfigError, match=r"`factor\.slope` must be left out"):
         check_unused({"factor": {"slope": 2.0}}, config_from_dict({"factor": {"slope": 2.0}}), where="x")
 

@@ -4,7 +4,8 @@
 ``rk4`` change nothing in the run, yet they change the config's hash (the run folder's name) and
 they say that the writer expects an effect. :data:`IGNORED` lists, for each choice of a selecting
 key (``aux.kind``, ``gauge.kind``, ``factor.kind``, ``init.kind``, ``solver.method``,
-``solver.interaction``, ``gauge.frequencies``, ``model.layer_norm``), the keys of its section that
+``solver.interaction``, ``gauge.frequencies``, ``model.beta_scaling``, ``attention.weights``,
+``model.layer_norm``), the keys of its section that
 this choice does not read; :func:`check_unused` refuses a key written in the file or by ``--set``
 that the chosen value ignores, naming the choices that do read it.
 
@@ -34,6 +35,7 @@ from attnflow.io.config_errors import ConfigError, either
 __all__ = ["DENSITY_IGNORED", "IGNORED", "LIST", "check_density_unused", "check_unused"]
 
 LIST = "a list"  # the choice of `gauge.frequencies` when it is an explicit list
+FILE = "a file"  # the choice of `attention.weights` when it names a .npz file
 
 _GAUGE_PARAMETERS = (
     "frequencies",
@@ -102,6 +104,18 @@ IGNORED: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {
         "expansion": (),
         "auto": (),
     },
+    ("model", "beta_scaling"): {  # beta as given, or gamma log n
+        "none": ("gamma",),
+        "log_n": ("beta",),
+    },
+    ("attention", "weights"): {  # the scale and seed of the random maps
+        "identity": ("scale", "seed"),
+        "gaussian": (),
+        "orthogonal": (),
+        "shared": (),
+        "random_qk": (),
+        FILE: ("scale", "seed"),
+    },
     ("model", "layer_norm"): {  # nGPT's step scale
         "post": ("ngpt_alpha",),
         "pre": ("ngpt_alpha",),
@@ -137,8 +151,10 @@ _DENSITY_WHY = {
 _ONLY_UNDER = {("gauge", "frequencies"): ("kind", ("rope",))}
 
 
-def _choice(value: Any) -> Any:
-    return value if isinstance(value, str) else LIST
+def _choice(value: Any, table: Mapping[Any, Any]) -> Any:
+    if not isinstance(value, str):
+        return LIST
+    return value if value in table else FILE
 
 
 def check_unused(
@@ -162,7 +178,7 @@ def check_unused(
         guard = _ONLY_UNDER.get((section, selector))
         if guard is not None and getattr(settings, guard[0]) not in guard[1]:
             continue  # the selector itself is ignored (and reported as such, if written)
-        choice = _choice(getattr(settings, selector))
+        choice = _choice(getattr(settings, selector), table)
         fields = type(settings).model_fields
         for name in table.get(choice, ()):
             if name in written and name in fields and getattr(settings, name) != fields[name].default:
@@ -195,8 +211,8 @@ def check_density_unused(config: Any, *, where: str = "config") -> None:
 def _unused_error(
     section: str, selector: str, choice: Any, name: str, value: Any, table: Mapping[str, Any], *, where: str
 ) -> ConfigError:
-    readers = [other for other, ignored in table.items() if name not in ignored and other != LIST]
-    shown = "a list" if choice == LIST else repr(choice)
+    readers = [other for other, ignored in table.items() if name not in ignored and other not in (LIST, FILE)]
+    shown = choice if choice in (LIST, FILE) else repr(choice)
     hint = "Remove it."
     if readers:
         hint = f"Remove it; it is read when `{section}.{selector}` is {either(readers)}."
