@@ -71,6 +71,19 @@ def test_config_show_prints_every_default_and_reads_back_as_the_same_config(rope
     assert shown["aux"]["kind"] == "positions"
 
 
+def test_config_show_reads_back_a_path_of_any_characters(tmp_path):
+    folder = tmp_path / "init 😀 é\x7f"  # outside the BMP (JSON writes a surrogate pair), DEL
+    folder.mkdir()
+    (folder / "x0.npy").write_bytes(b"")  # a file only needs to exist to load the config
+    config_file = tmp_path / "c.toml"
+    config_file.write_text('[model]\nn = 4\n[init]\nkind = "file"\npath = "init 😀 é\\u007f/x0.npy"\n')
+    result = invoke("config", "show", str(config_file))
+    assert result.exit_code == 0, result.output
+    shown = tomllib.loads(result.stdout)
+    assert shown["init"]["path"] == str(folder.resolve() / "x0.npy")
+    assert config_from_dict(shown) == load_config(config_file)
+
+
 def test_config_show_refuses_bad_input_in_one_line(tmp_path):
     result = invoke("config", "show", str(tmp_path / "absent.toml"))
     assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1

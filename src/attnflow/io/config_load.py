@@ -356,7 +356,9 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, int | float):
         return repr(value)
     if isinstance(value, str):
-        return json.dumps(value)  # a JSON string is a TOML basic string
+        # a JSON string is a TOML basic string once every character outside the BMP is written as
+        # itself (JSON's surrogate pairs are not TOML) and DEL escaped (TOML's only extra control)
+        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
     return "[" + ", ".join(_toml_value(item) for item in value) + "]"
 
 
