@@ -378,6 +378,16 @@ def test_every_message_is_one_line_and_pickles():
             {"solver": {"dt": 0.2}},
             r"`solver\.save_every` must be a whole multiple of `solver\.dt` = 0\.2; got 0\.1\.",
         ),
+        (  # the hint is a save_every that t_end is a multiple of too (0.02 would not be)
+            {"solver": {"save_every": 0.015, "t_end": 0.05}},
+            r"`solver\.save_every` must be a whole multiple of `solver\.dt` = 0\.01; got 0\.015\. "
+            r"Try save_every = 0\.01, or change solver\.dt\.$",
+        ),
+        (  # t_end off the step grid: no save_every alone would do
+            {"solver": {"dt": 0.5, "save_every": 0.1, "t_end": 0.2}},
+            r"`solver\.save_every` must be a whole multiple of `solver\.dt` = 0\.5; got 0\.1\. "
+            r"Try save_every = 0\.5 and t_end = 0\.5, or change solver\.dt\.$",
+        ),
         (
             {"solver": {"t_end": 20.05}},
             r"`solver\.t_end` must be a whole multiple of `solver\.save_every` = 0\.1; got 20\.05\.",

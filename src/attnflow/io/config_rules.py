@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from attnflow.core.constraints import FREQUENCIES, SAVE_EVERY, T_END
+from attnflow.core.constraints import FREQUENCIES, SAVE_EVERY, T_END, whole_steps
 from attnflow.io.config_errors import ConfigError, as_lists, either, numbers
 from attnflow.io.config_rules_density import (
     DENSITY_METHODS,
@@ -109,11 +109,25 @@ def _step_count_is_bounded(config) -> None:
         )
 
 
+def _save_every_hint(solver) -> str:
+    """A save_every on the step grid that the run's end falls on too (nearest the one asked),
+    or, when t_end is off the step grid itself, the pair to change."""
+    wanted, steps = solver.save_every / solver.dt, whole_steps(solver.t_end, solver.dt)
+    if steps is None:
+        every = max(1, round(wanted)) * solver.dt if math.isfinite(wanted) else solver.dt
+        return (
+            f"Try save_every = {every:.12g} and t_end = {_nearest_multiple(solver.t_end, every)}, "
+            "or change solver.dt."
+        )
+    small = [k for k in range(1, math.isqrt(steps) + 1) if steps % k == 0]
+    every = min(small + [steps // k for k in small], key=lambda k: (abs(k - wanted), -k))
+    return f"Try save_every = {every * solver.dt:.12g}, or change solver.dt."
+
+
 def _time_grid_is_whole(config) -> None:
     solver = config.solver
     if solver.method in FIXED_STEP_METHODS:
-        hint = f"Try save_every = {_nearest_multiple(solver.save_every, solver.dt)}, or change solver.dt."
-        check_rule(SAVE_EVERY, solver.save_every, dt=solver.dt, hint=hint)
+        check_rule(SAVE_EVERY, solver.save_every, dt=solver.dt, hint=_save_every_hint(solver))
     hint = f"Try t_end = {_nearest_multiple(solver.t_end, solver.save_every)}."
     check_rule(T_END, solver.t_end, save_every=solver.save_every, hint=hint)
 
