@@ -157,7 +157,7 @@ RULES = "'linear', 'ntk', 'yarn' or 'llama3'"
          "`gauge.kind` must be 'rope' when `gauge.preset` is set; got 'none'."),
         (QWEN | {"scaling": "yarn"},
          "`gauge.scaling_factor` must be a number >= 1 when `gauge.scaling` = 'yarn' (the rule's factor s); "
-         "got None. For example: scaling_factor = 4.0 (a context four times the original)."),
+         "got no value. For example: scaling_factor = 4.0 (a context four times the original)."),
         (QWEN | {"scaling": "linear", "scaling_factor": 0.5},
          "`gauge.scaling_factor` must be a number >= 1; got 0.5."),
         (QWEN | {"scaling_factor": 4.0},
@@ -249,7 +249,8 @@ def test_a_refused_rule_exits_2_in_one_line_and_writes_nothing(tmp_path):
     assert result.exit_code == 2
     assert result.stderr.splitlines() == [
         f"error: {path}: `gauge.scaling_factor` must be a number >= 1 when `gauge.scaling` = 'yarn' (the "
-        "rule's factor s); got None. For example: scaling_factor = 4.0 (a context four times the original)."
+        "rule's factor s); got no value. For example: scaling_factor = 4.0 (a context four times the "
+        "original)."
     ]
     assert not out.exists()
     result = CliRunner().invoke(

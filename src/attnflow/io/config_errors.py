@@ -50,6 +50,9 @@ MAX_SHOWN = 200  # characters of a value's repr in a message; a longer one is cu
 
 
 def _shown(value: Any) -> str:
+    """``value`` as the config writes it: TOML's booleans, no value for a key left unset."""
+    if value is None or isinstance(value, bool):
+        return {None: "no value", True: "true", False: "false"}[value]
     text = repr(value)
     if len(text) <= MAX_SHOWN:
         return text
