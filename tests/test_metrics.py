@@ -293,6 +293,8 @@ def test_monotonicity():
     assert not metrics.is_monotone(drop, tol=0.0)
     assert metrics.max_decrease([3.0]) == 0.0
     assert not metrics.is_monotone([0.0, np.nan, 1.0], tol=1.0)
+    assert not metrics.is_monotone([np.nan], tol=1.0)  # a run stopped at a NaN first snapshot
+    assert np.isnan(metrics.max_decrease([np.nan])) and metrics.max_decrease([2.0]) == 0.0
 
 
 def test_series_equals_python_loop():

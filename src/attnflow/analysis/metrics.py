@@ -458,6 +458,8 @@ def max_decrease(values: Any) -> float:
     0.0 for a non-decreasing series (or fewer than two entries); NaN if the series has a NaN.
     """
     values = _series_np(values, "max_decrease")
+    if np.isnan(values).any():  # one snapshot of NaN energy included: nothing is known to rise
+        return float("nan")
     if values.size < 2:
         return 0.0
     return float(np.maximum(0.0, -np.min(np.diff(values))))
