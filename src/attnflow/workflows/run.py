@@ -378,7 +378,9 @@ def _run_in_folder(
 
 def _run_info(config, sim, writer, status, statistics: SolveStatistics | None, start) -> dict:
     """The ``run`` block of ``metrics.json``: what ran, how, and the solver's step statistics
-    (``null`` when the solve did not return: interrupted, failed, or nothing left to resume)."""
+    (``null`` when the solve did not return: interrupted, failed, or nothing left to resume). The
+    statistics and times are this process's (a resumed run's: since its snapshot); ``snapshots``
+    counts the whole run."""
     counts = statistics.statistics() if statistics is not None else {}
     return (
         {
