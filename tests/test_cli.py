@@ -608,3 +608,11 @@ def test_the_early_cache_check_words_its_refusals_as_the_full_check(tmp_path):
         if refused != file:  # a file: both refuse it (the full check when its mkdir fails)
             assert str(early.value).split(". Set ")[0] == str(full.value).split(". Set ")[0]  # hints differ
     assert check_cache_folder(mine) == mine and not mine.exists()  # made (private) by the full check
+
+
+def test_a_value_that_spells_an_emoji_code_is_shown_as_given(tmp_path):
+    missing = tmp_path / ":fire:b.toml"  # rich would print ':fire:' as an emoji
+    result = invoke("run", str(missing))
+    assert result.exit_code == 2
+    reason = "the configuration must be a readable TOML file; got 'No such file or directory'."
+    assert result.stderr == f"error: {missing}: {reason}\n"

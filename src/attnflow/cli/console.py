@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-stderr = Console(stderr=True)
-stdout = Console()
+stderr = Console(stderr=True, emoji=False)  # ":b:" in a value given is text, not an emoji
+stdout = Console(emoji=False)
 
 
 def say(line: str) -> None:
