@@ -25,7 +25,7 @@ from attnflow.numerics.layer_norms import (
     solve_radial,
     split_state,
 )
-from attnflow.numerics.solve import Status, solve
+from attnflow.numerics.solve import Status, integrate, solve
 from test_heads import make_case
 
 TRAJECTORY_ATOL = 1e-8  # the acceptance bound at tau = 1, dt = 0.01 (measured: round-off, ~1e-14)
@@ -151,6 +151,32 @@ def test_bad_layer_norms_are_one_clear_error():
         LayerNormField(make_vector_field(kernel), "ngpt", alpha=0.0)
     with pytest.raises(ValueError, match=r"`retraction` must be 'sphere' for geodesic_rk4"):
         integrators.GeodesicRK4(retraction="none")
+
+
+@pytest.mark.parametrize("kind", ["pre", "peri"])
+def test_a_state_in_r_d_is_refused_the_sphere_s_retraction(kind):
+    # RK4() would normalise z after every step: the post-LN dynamics, with status ok
+    field = LayerNormField(_layer(), kind)
+    x0 = sphere.sample_uniform(0, 12, 4)
+    options = dict(dt=0.05, t_end=0.1, save_every=0.1)
+    refused = r"^solve: `integrator\.retraction` must be the field's, 'none'; got 'sphere' "
+    for method in (integrators.RK4(), integrators.Adaptive()):
+        with pytest.raises(ValueError, match=refused + rf"\(pass integrator={type(method).__name__}\("):
+            solve(field, x0, integrator=method, **options)
+    with pytest.raises(ValueError, match=refused + r"\(geodesic_rk4 steps on the sphere only"):
+        solve(field, x0, integrator=integrators.GeodesicRK4(), **options)
+    with pytest.raises(ValueError, match=refused):
+        integrate(field, x0, integrator=integrators.Euler(), dt=0.05, steps=2)
+    on_the_sphere = LayerNormField(_layer(), "post")  # its state is x: the sphere's retraction is its own
+    assert solve(on_the_sphere, x0, integrator=integrators.RK4(), **options).status == "ok"
+
+
+@pytest.mark.parametrize("steps", [2.7, 0, -3, True])
+def test_integrate_takes_a_whole_number_of_steps(steps):
+    with pytest.raises(ValueError, match=rf"^integrate: `steps` must be an integer >= 1; got {steps!r}\.$"):
+        integrate(
+            _layer(), sphere.sample_uniform(0, 12, 4), integrator=integrators.RK4(), dt=0.05, steps=steps
+        )
 
 
 def _layer(n=12, d=4, *, causal=False, beta=1.5, sources=0):

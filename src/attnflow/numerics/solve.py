@@ -54,6 +54,7 @@ float64 ones.
 from __future__ import annotations
 
 import dataclasses
+import operator
 import pickle
 from collections.abc import Callable
 from concurrent.futures.process import BrokenProcessPool
@@ -69,7 +70,14 @@ from attnflow.numerics.dynamics import VectorField
 from attnflow.numerics.integrators import Integrator
 from attnflow.numerics.saving import SaveAt, snapshot_count, snapshot_group
 from attnflow.numerics.status import Status
-from attnflow.numerics.steps import AdaptiveSteps, ConstantSteps, PIController, StepPolicy, time_dtype
+from attnflow.numerics.steps import (
+    AdaptiveSteps,
+    ConstantSteps,
+    PIController,
+    StepPolicy,
+    check_retraction,
+    time_dtype,
+)
 
 __all__ = [
     "AdaptiveSteps",
@@ -287,7 +295,14 @@ def integrate(
 
     (``Profile`` fields are traced arrays, so one compilation serves every ``beta``.)
     """
-    span = int(steps) * dt
+    try:
+        count = None if isinstance(steps, bool) else operator.index(steps)
+    except TypeError:  # 2.7 steps: not a count
+        count = None
+    if count is None or count < 1:
+        raise ValueError(f"integrate: `steps` must be an integer >= 1; got {steps!r}.")
+    check_retraction(integrator, field)
+    span = count * dt
     problem = Problem(field, integrator, ConstantSteps(dt), SaveAt(span, span), noise)
     key = jax.random.key(0) if key is None else key
     carry, _ = advance(problem, _start(problem, x0, key, False), jnp.asarray([span], time_dtype(x0)))

@@ -62,6 +62,23 @@ def is_stochastic(field) -> bool:
     return bool(getattr(field, "stochastic", False))
 
 
+def check_retraction(method, field) -> None:
+    """A field that says where its state lives (``field.retraction``: ``"none"`` for a pre- or
+    peri-LN state ``z`` in ``R^d``) is stepped with that retraction: the sphere's would normalise
+    ``z`` after every step and run the post-LN dynamics instead, silently."""
+    wanted = getattr(field, "retraction", None)
+    if not isinstance(wanted, str) or wanted == method.retraction:
+        return
+    fix = (
+        "geodesic_rk4 steps on the sphere only: use euler, rk4 or adaptive"
+        if getattr(method, "geodesic", False)
+        else f"pass integrator={type(method).__name__}(retraction=field.retraction)"
+    )
+    raise ValueError(
+        f"solve: `integrator.retraction` must be the field's, {wanted!r}; got {method.retraction!r} ({fix})."
+    )
+
+
 def make_step(method, field, noise: float):
     """``step(x, key, h) -> (x, key)``: one step of ``method``, with the field's key (a stochastic
     field draws from a fresh key each step, shared by its stages) and the noise increment
@@ -103,6 +120,7 @@ class ConstantSteps:
         return whole_multiple("save_every", save_every, "dt", self.dt)
 
     def check(self, method, field, *, noise: float, save_every: float) -> None:  # noqa: ARG002
+        check_retraction(method, field)
         self.steps_per_save(save_every)
 
     def evaluations_per_save(self, method, save_every: float) -> int:
@@ -203,6 +221,7 @@ class AdaptiveSteps:
                 f"solve: `integrator` must have an embedded error estimate (adaptive) for AdaptiveSteps; "
                 f"got {type(method).__name__}."
             )
+        check_retraction(method, field)
         if noise > 0:
             raise ValueError(
                 "solve: `noise` > 0 needs a fixed-step method (euler, rk4, geodesic_rk4); got adaptive."
