@@ -382,6 +382,47 @@ def test_random_batch_exact_at_p_equals_n_and_error_decreases_with_p():
         random_batch.solve_random_batch(k, x, p=1, key=jax.random.key(0), **opts)
 
 
+def test_random_batch_masks_are_the_exact_fields():
+    """At ``p = n`` the random-batch field is the exact field for every mask of ``summation.MASKS``
+    (``"strict"`` drops ``j = i``: token 0 sees nothing and stays still); a batch that holds none of
+    a token's allowed keys gives it zero, not NaN; a value outside ``MASKS`` is refused."""
+    n = 24
+    k = make_kernel(GAUGES["rope_full_period"](n), FACTORS["distance_bias"](n), beta=1.0)
+    x = uniform(n, 3, seed=8)
+    combos = list(itertools.product(("usa", "sa"), summation.MASKS))
+    assert (False, True, "strict") == summation.MASKS
+
+    def fields(x):  # every field in one compiled program, not op by op
+        return [
+            (
+                random_batch.RandomBatchField(k, n, normalization=norm, causal=causal)(x, jax.random.key(3)),
+                dynamics.make_vector_field(k, normalization=norm, causal=causal)(x),
+                random_batch.RandomBatchField(k, 4, normalization=norm, causal=causal)(x, jax.random.key(4)),
+            )
+            for norm, causal in combos
+        ]
+
+    results = jax.jit(fields)(x)
+    for (norm, causal), (whole, exact, _) in zip(combos, results, strict=True):
+        # one batch holding every token: the exact sums in a permuted order, round-off only (under
+        # usa the j = i term is projected away, so it is sa that tells "strict" from True)
+        np.testing.assert_allclose(whole, exact, rtol=0, atol=1e-14, err_msg=f"{norm} causal={causal!r}")
+    for (norm, causal), (whole, _, small) in zip(combos, results, strict=True):
+        assert np.all(np.isfinite(small)), (norm, causal)
+        if causal == "strict":
+            np.testing.assert_array_equal(whole[0], 0.0)
+            np.testing.assert_array_equal(small[0], 0.0)
+    message = r"random_batch: `causal` must be one of \(False, True, 'strict'\); got 'anything'\."
+    with pytest.raises(ValueError, match=message):
+        random_batch.RandomBatchField(k, n, causal="anything")
+    batches, valid = random_batch.partition(jax.random.key(0), n, 4)
+    with pytest.raises(ValueError, match=message):
+        random_batch.make_random_batch_field(k, batches, valid, causal="anything")
+    opts = dict(integrator=integrators.Euler(), dt=0.1, t_end=0.1, save_every=0.1)
+    with pytest.raises(ValueError, match=message):
+        random_batch.solve_random_batch(k, x, p=4, key=jax.random.key(0), causal="anything", **opts)
+
+
 def test_random_batch_field_is_a_stochastic_field_of_solve():
     """``RandomBatchField`` runs through ``solve`` like any field: with one batch of all n tokens it
     is the exact dynamics (round-off only); each run of a batch of stochastic runs is bitwise its

@@ -15,8 +15,11 @@ summands (``usa``: ``g_i = (1/n) Σ_j f_ij``), the batch sum
     g_i ≈ (1/n) f_ii + (n − 1)/(n (c − 1)) Σ_{j ∈ B, j ≠ i} f_ij
 
 is unbiased for every ``i`` (a uniformly random batch holds each other token with probability
-``(c − 1)/(n − 1)``), causal masks included. For ``sa`` the numerator and the softmax denominator
-are estimated the same way and divided (a ratio estimator: consistent, slightly biased).
+``(c − 1)/(n − 1)``), causal masks included: the masks are the exact field's (``summation.MASKS``:
+``True`` keeps ``j ≤ i``, ``"strict"`` keeps ``j < i``, so the ``f_ii`` term drops too). For ``sa``
+the numerator and the softmax denominator are estimated the same way and divided (a ratio
+estimator: consistent, slightly biased); a token whose batch holds none of its allowed keys (token 0
+under the strict mask, always) gets zero, as its row of the exact field does.
 
 The partition is fixed within a step (every Runge–Kutta stage of the step sees the same batches),
 so a step integrates the batch-restricted system over ``dt``: ``RandomBatchField`` is a stochastic
@@ -38,7 +41,7 @@ from attnflow.core.sphere import project
 from attnflow.numerics.dynamics import VALUES, VectorField
 from attnflow.numerics.integrators import Integrator
 from attnflow.numerics.solve import SnapshotCallback, Trajectory, solve
-from attnflow.numerics.summation import check_normalization
+from attnflow.numerics.summation import MASKS, check_normalization
 
 MAX_GROUP_ENTRIES = 2**22  # batches are evaluated in groups of at most this many p × p entries
 
@@ -56,18 +59,30 @@ def partition(key: jax.Array, n: int, p: int) -> tuple[jax.Array, jax.Array]:
     return batches, (slots < n).reshape(m, p)
 
 
+def _batch_mask(idx: jax.Array, causal: bool | str) -> jax.Array | None:
+    """The mask of a batch (``(p, p)``, True where token ``idx[a]`` sees ``idx[b]``), by the
+    definitions of ``summation.MASKS`` (in token order, not batch order), or None for no mask."""
+    if causal is False:
+        return None
+    keys, queries = idx[None, :], idx[:, None]
+    return keys < queries if causal == "strict" else keys <= queries
+
+
 def make_random_batch_field(
     kernel: Kernel,
     batches: jax.Array,
     valid: jax.Array,
     *,
     normalization: str = "usa",
-    causal: bool = False,
+    causal: bool | str = False,
     value: str = "gradient",
 ) -> VectorField:
     """The random-batch approximation of ``make_vector_field(kernel, ...)`` for one partition."""
     if value not in VALUES:
         raise ValueError(f"random_batch: `value` must be one of {VALUES}; got {value!r}.")
+    if causal not in MASKS:
+        raise ValueError(f"random_batch: `causal` must be one of {MASKS}; got {causal!r}.")
+    causal = MASKS[MASKS.index(causal)]  # 0 / 1 (== False / True) mean what they mean to the exact field
     check_normalization(normalization, where="random_batch")
     check_softmax_factor(kernel.factor, normalization, where="random_batch")
     gauge, profile = kernel.gauge, kernel.profile
@@ -91,16 +106,19 @@ def make_random_batch_field(
         ub = u[idx]
         w = kernel.factor.tile(idx, idx, u.dtype) * profile.dphi_unit(ub @ ub.T).astype(u.dtype)
         w = jnp.where(ok[None, :], w, 0.0)
-        if causal:
-            w = jnp.where(idx[None, :] <= idx[:, None], w, 0.0)
+        mask = _batch_mask(idx, causal)
+        if mask is not None:
+            w = jnp.where(mask, w, 0.0)
         vb = jnp.concatenate([vals[idx], jnp.ones((p, 1), u.dtype)], axis=1)
         total = w @ vb  # (p, d' + 1): numerators and row sums
-        own = jnp.diagonal(w)[:, None] * vb  # the j = i term, kept exact
+        own = jnp.diagonal(w)[:, None] * vb  # the j = i term, kept exact (zero under "strict")
         count = jnp.sum(ok)
         weight = ((n - 1) / jnp.maximum(count - 1, 1)).astype(u.dtype)
         est = own + weight * (total - own)  # ≈ Σ_j (all n tokens)
-        if normalization == "sa":
-            return est[:, :-1] / est[:, -1:]
+        if normalization == "sa":  # a row that sees no key sums to zero, as in summation.qkv_sum
+            denominator = est[:, -1:]
+            safe = jnp.where(denominator > 0, denominator, 1.0)
+            return jnp.where(denominator > 0, est[:, :-1] / safe, 0.0)
         return est[:, :-1] * (profile.scale / n).astype(u.dtype)
 
     def field(x: jax.Array) -> jax.Array:
@@ -126,7 +144,7 @@ class RandomBatchField:
     kernel: Kernel
     p: int
     normalization: str = "usa"
-    causal: bool = False
+    causal: bool | str = False
     value: str = "gradient"
     stochastic = True
 
@@ -155,7 +173,7 @@ def solve_random_batch(
     t_end: float,
     save_every: float,
     normalization: str = "usa",
-    causal: bool = False,
+    causal: bool | str = False,
     value: str = "gradient",
     noise: float = 0.0,
     on_snapshot: SnapshotCallback | None = None,
