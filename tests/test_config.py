@@ -378,6 +378,11 @@ def test_every_message_is_one_line_and_pickles():
             {"solver": {"dt": 0.2}},
             r"`solver\.save_every` must be a whole multiple of `solver\.dt` = 0\.2; got 0\.1\.",
         ),
+        (
+            {"model": {"noise": 0.1}, "solver": {"method": "adaptive"}},
+            r"`solver\.method` must be 'euler', 'rk4' or 'geodesic_rk4' when `model\.noise` > 0 \(the noise "
+            r"is drawn per step\); got 'adaptive'\.$",
+        ),
         (  # the hint is a save_every that t_end is a multiple of too (0.02 would not be)
             {"solver": {"save_every": 0.015, "t_end": 0.05}},
             r"`solver\.save_every` must be a whole multiple of `solver\.dt` = 0\.01; got 0\.015\. "

@@ -124,6 +124,17 @@ def _save_every_hint(solver) -> str:
     return f"Try save_every = {every * solver.dt:.12g}, or change solver.dt."
 
 
+def _noise_has_fixed_steps(config) -> None:
+    """The noise increment is drawn per fixed step: the adaptive method cannot take it."""
+    solver = config.solver
+    if config.model.noise > 0 and solver.method not in FIXED_STEP_METHODS:
+        raise ConfigError.from_parts(
+            "solver.method",
+            f"{either(FIXED_STEP_METHODS)} when `model.noise` > 0 (the noise is drawn per step)",
+            solver.method,
+        )
+
+
 def _time_grid_is_whole(config) -> None:
     solver = config.solver
     if solver.method in FIXED_STEP_METHODS:
@@ -400,6 +411,7 @@ RULES: tuple[Callable[[Any], None], ...] = (
     _cap_center_has_d_entries,
     _equiangular_is_realisable,
     _step_count_is_bounded,
+    _noise_has_fixed_steps,
     _time_grid_is_whole,
     _labels_fit_the_kernel,
     _positions_are_finite,
