@@ -250,3 +250,13 @@ def test_each_factor_carries_its_tile_dense_mean_and_spectrum():
         np.testing.assert_array_equal(np.asarray(f.tabulated().dense()), w)
         assert f.tabulated().nonnegative == f.nonnegative
     assert isinstance(FACTORS["none"](n).tabulated(), factors.NoFactor)  # ones: no table
+
+
+def test_a_kernel_s_gauge_and_factor_are_over_the_same_tokens():
+    # the sum would otherwise fail deep inside JAX with a broadcasting error, or not at all
+    toeplitz = factors.ToeplitzCos(xi=jnp.arange(20) / 20.0, omega=jnp.asarray(1.0))
+    with pytest.raises(
+        ValueError, match=r"^kernel: `factor` must be over the gauge's n = 16 tokens; got one over 20\.$"
+    ):
+        Kernel(gauges.IdentityGauge(16, 3), toeplitz, make_profile("exp", beta=1.0))
+    assert Kernel(gauges.IdentityGauge(20, 3), toeplitz, make_profile("exp", beta=1.0)).n == 20

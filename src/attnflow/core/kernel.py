@@ -73,6 +73,13 @@ class Kernel:
     factor: Factor
     profile: Profile
 
+    def __post_init__(self) -> None:
+        tokens = getattr(self.gauge, "n", None), getattr(self.factor, "n", None)
+        if all(isinstance(count, int) for count in tokens) and tokens[0] != tokens[1]:
+            raise ValueError(
+                f"kernel: `factor` must be over the gauge's n = {tokens[0]} tokens; got one over {tokens[1]}."
+            )
+
     @property
     def n(self) -> int:
         return self.gauge.n
