@@ -1,6 +1,7 @@
 """Sweeps: grid expansion (pure), run folders and the results table, Dask execution (local cluster,
 an external scheduler, a killed sweep resumed), bad grids on the command line, phase diagrams."""
 
+import contextlib
 import json
 import math
 import os
@@ -133,6 +134,75 @@ def test_a_density_config_is_refused_before_any_point_runs(tmp_path):
         build(load_config(example))  # realize, reproduce, landscape: particles only
 
 
+@pytest.mark.parametrize(
+    ("grid", "selector"),
+    [("solver.atol=1e-6,1e-7", "`solver.method` = 'rk4'"), ("init.sigma=0.1,0.2", "`init.kind` = 'uniform'")],
+)
+def test_a_grid_key_that_the_points_kind_does_not_read_is_refused_as_set_refuses_it(
+    base_file, grid, selector
+):
+    key, first = grid.split("=")[0], grid.split("=")[1].split(",")[0]
+    with pytest.raises(ConfigError) as refused:  # the rk4 points ran under two hashes, alike
+        tiny_plan(base_file, [grid])
+    assert str(refused.value).startswith(f"--grid: `{key}` must be left out when {selector}")
+    with pytest.raises(ConfigError) as by_set:  # `attnflow config check --set` of the same value
+        load_config(base_file, [f"{key}={first}"])
+    assert str(by_set.value) == str(refused.value).replace("--grid:", "--set:", 1)
+
+
+def test_unread_keys_are_checked_at_each_point_as_a_whole(base_file):
+    # every point adaptive: atol is read at each (over the rk4 base alone, it would not be)
+    plan = tiny_plan(base_file, ["solver.method=adaptive", "solver.atol=1e-6,1e-7"])
+    assert [p.config.solver.atol for p in plan.points] == [1e-6, 1e-7]
+    # a grid key at a point that does not read it: refused, naming the point
+    with pytest.raises(ConfigError) as refused:
+        tiny_plan(base_file, ["solver.method=rk4,adaptive", "solver.atol=1e-6,1e-7"])
+    message = str(refused.value)
+    assert message.startswith("--grid: `solver.atol` must be left out when `solver.method` = 'rk4'")
+    assert message.endswith('At grid point solver.method="rk4", solver.atol=1e-06.')
+    # a base key that some points read: left out of the others, each point being the config that
+    # `attnflow run` accepts (the rk4 point's hash does not depend on an atol it does not read)
+    base = load_config(base_file, ["solver.method=adaptive", "solver.atol=1e-8"])
+    rk4, adaptive = plan_sweep(base, [parse_grid("solver.method=rk4,adaptive")]).points
+    assert rk4.left_out == ("solver.atol",) and adaptive.left_out == ()
+    assert rk4.config == load_config(base_file, ["solver.method=rk4"]) and adaptive.config == base
+    # a base key that no point reads: refused
+    with pytest.raises(ConfigError) as refused:
+        plan_sweep(base, [parse_grid("solver.method=rk4,euler")])
+    message = str(refused.value)
+    assert message.startswith("--grid: `solver.atol` must be left out when `solver.method` = 'rk4'")
+    assert "no point of the grid reads it" in message
+
+
+PLAIN = """
+[model]
+n = 8
+d = 3
+[solver]
+dt = 0.05
+t_end = 1.0
+save_every = 0.5
+"""
+
+
+@pytest.mark.parametrize("grid", ["gauge.kind=none,rope", "factor.kind=none,toeplitz_cos"])
+def test_a_grid_point_implies_what_the_base_leaves_out(tmp_path, grid):
+    # no aux.kind in the base: a positional kernel at a point implies aux.kind = "positions", as
+    # `--set` does (it was refused: the grid was applied over the resolved base, aux.kind = "none")
+    plain = tmp_path / "plain.toml"
+    plain.write_text(PLAIN)
+    key = grid.split("=")[0]
+    plan = plan_sweep(load_config(plain), [parse_grid(grid)])
+    assert [p.config.aux.kind for p in plan.points] == ["none", "positions"]
+    for point in plan.points:
+        assert point.config == load_config(plain, [f"{key}={point.values[key]}"])
+    # aux.kind written "none" stays written: refused, as `--set` refuses it
+    with pytest.raises(ConfigError, match=r"^--grid: `aux.kind` must be 'positions' or 'file' when"):
+        plan_sweep(load_config(plain, ["aux.kind=none"]), [parse_grid(grid)])
+    with pytest.raises(ConfigError, match=r"`aux.kind` must be 'positions' or 'file' when"):
+        load_config(plain, ["aux.kind=none", f"{key}={grid.split(',')[-1]}"])
+
+
 BAD_GRIDS = [
     # (grid options, what the one-line message must contain)
     (["model.bta=1,2"], ["--grid:", "`model.bta`", "one of the keys of [model]", "did you mean 'beta'"]),
@@ -150,6 +220,12 @@ BAD_GRIDS = [
     (["solver.method=rk5"], ["--grid:", "`solver.method`", "one of 'euler'", "'rk5'", "Did you mean 'rk4'?"]),
     # a rule across keys, broken by one combination only: the message names the grid point
     (["solver.dt=0.05,0.3"], ["--grid:", "`solver.save_every`", "whole multiple", "solver.dt=0.3"]),
+    # a key that the point's kind does not read (as `--set` refuses it)
+    (
+        ["solver.atol=1e-6,1e-7"],
+        ["--grid:", "`solver.atol`", "left out when `solver.method` = 'rk4'", "1e-06"],
+    ),
+    (["init.sigma=0.1,0.2"], ["--grid:", "`init.sigma`", "left out when `init.kind` = 'uniform'", "got 0.1"]),
 ]
 
 
@@ -265,6 +341,74 @@ def test_local_cluster_sweep_matches_single_runs_and_resumes_without_work(base_f
     assert sorted(p.name for p in (out / "runs").iterdir()) == sorted(p.hash for p in plan.points)
     assert_same_metrics(read_results(out)[1], json.loads((unfinished / "metrics.json").read_text()))
     assert len(read_results(out)) == 4
+
+
+@pytest.fixture
+def in_process_cluster(monkeypatch):
+    """run_sweep's cluster as one worker thread in this process (a LocalCluster of processes takes
+    tens of seconds to start on a busy machine); the points run as on a worker process."""
+    from distributed import Client, LocalCluster
+
+    @contextlib.contextmanager
+    def connect(scheduler=None, workers=None, **_):
+        with (
+            LocalCluster(
+                n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
+            ) as cluster,
+            Client(cluster) as client,
+        ):
+            yield client
+
+    monkeypatch.setattr("attnflow.workflows.sweep.connect", connect)
+
+
+STOPPING_GRID = ["--set", "solver.method=adaptive", "--grid", "solver.max_steps=5,100000"]
+
+
+def test_points_that_stopped_early_are_kept_reported_and_the_sweep_exits_3(
+    base_file, tmp_path, in_process_cluster
+):
+    # one point runs out of adaptive steps (status max_steps, as `attnflow run` of it, which exits 3)
+    plan = plan_sweep(
+        load_config(base_file, ["solver.method=adaptive"]), [parse_grid("solver.max_steps=5,100000")]
+    )
+    stopped, ok = plan.points
+    out = tmp_path / "sweep"
+    summary = run_sweep(plan, out)
+    assert (summary.points, summary.done, summary.skipped, summary.failed) == (2, 1, 0, 1)  # was (2, 2, 0, 0)
+    assert list(summary.failures) == [stopped.hash]
+    assert summary.failures[stopped.hash].startswith(
+        f"stopped with status 'max_steps', recorded in {str(out / 'runs' / stopped.hash / 'metrics.json')!r}"
+    )
+    assert [r["status"] for r in read_results(out)] == ["max_steps", "ok"]
+
+    # a second sweep keeps it (deterministic: it would stop again) and reports it again
+    before = metrics_mtimes(out)
+    again = run_sweep(plan, out)
+    assert (again.done, again.skipped, again.failed) == (0, 2, 1) and list(again.failures) == [stopped.hash]
+    result = CliRunner().invoke(app, ["sweep", str(base_file), *STOPPING_GRID, "--out", str(out)])
+    assert result.exit_code == 3, result.output  # was 0
+    assert f"failed {stopped.hash}: stopped with status 'max_steps'" in result.stderr
+    assert "error: 1 of 2 points did not finish" in result.stderr
+    assert metrics_mtimes(out) == before  # not run again
+    assert [r["status"] for r in read_results(out)] == ["max_steps", "ok"]
+
+
+@pytest.mark.slow
+def test_a_sweep_whose_points_stopped_early_exits_3_on_every_run(base_file, tmp_path):
+    out = tmp_path / "sweep"
+    args = [sys.executable, "-m", "attnflow", "sweep", str(base_file), "--out", str(out), "--workers", "1"]
+    args += ["--set", "solver.method=adaptive", "--set", "solver.max_steps=5", "--grid", "model.beta=1,2"]
+    first = subprocess.run(args, capture_output=True, text=True, cwd=tmp_path, timeout=600, check=False)
+    assert first.returncode == 3, first.stderr[-2000:]
+    assert first.stderr.count("stopped with status 'max_steps'") == 2
+    assert "error: 2 of 2 points did not finish" in first.stderr
+    assert [r["status"] for r in read_results(out)] == ["max_steps", "max_steps"]
+    before = metrics_mtimes(out)
+    again = subprocess.run(args, capture_output=True, text=True, cwd=tmp_path, timeout=600, check=False)
+    assert again.returncode == 3, again.stderr[-2000:]
+    assert "error: 2 of 2 points did not finish" in again.stderr
+    assert metrics_mtimes(out) == before  # skipped, not run again
 
 
 def wait_for(predicate, timeout: float, what: str) -> None:
@@ -478,7 +622,8 @@ def test_the_json_writer_is_atomic_and_writes_non_finite_floats_as_null(tmp_path
 def test_a_grid_above_the_limit_is_refused_unless_confirmed(base_file, tmp_path):
     values = ",".join(str(0.5 + k / 1000) for k in range(1000))
     out = tmp_path / "sweep"
-    args = ["sweep", str(base_file), "--grid", f"model.beta={values}", "--grid", f"init.sigma={values}"]
+    seeds = ",".join(str(k) for k in range(1000))
+    args = ["sweep", str(base_file), "--grid", f"model.beta={values}", "--grid", f"init.seed={seeds}"]
     start = time.perf_counter()
     result = CliRunner().invoke(app, [*args, "--out", str(out)])
     assert time.perf_counter() - start < 30  # refused before planning 10^6 points (~28 min)
@@ -489,7 +634,7 @@ def test_a_grid_above_the_limit_is_refused_unless_confirmed(base_file, tmp_path)
         in result.stderr
     )
     assert not out.exists()
-    axes = [parse_grid("model.beta=1,2"), parse_grid("init.sigma=0.1,0.2")]
+    axes = [parse_grid("model.beta=1,2"), parse_grid("init.seed=0,1")]
     with pytest.raises(ConfigError, match="at most 3 points"):
         plan_sweep(load_config(base_file), axes, max_points=3)
     assert len(plan_sweep(load_config(base_file), axes, max_points=None).points) == 4

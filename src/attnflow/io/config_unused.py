@@ -13,9 +13,10 @@ Refused rather than warned: the fix is one deleted line, a warning scrolls away 
 goes on under a hash that differs from the same run without the key, and an unknown key is refused
 too. What is refused is a key written with a value other than its default: a key written at its
 default (a file that lists every key, as the reference does) changes neither the run nor the hash.
-Only keys written are checked, only when the config is loaded from a file (``load_config``: a
-sweep's grid points, built from a checked base, may change a kind), and only keys listed here: a
-section or key this table does not name is never refused.
+Only keys written are checked, when the config is loaded from a file (``load_config``), for each
+point of a sweep taken as a whole (:mod:`attnflow.workflows.sweep_plan`: a grid may change a kind)
+and for the key a landscape continues; and only keys listed here: a section or key this table does
+not name is never refused.
 
 A ``[density]`` section selects the whole model: the density has no tokens, no initial points, no
 noise, no masks and no store of points, so :data:`DENSITY_IGNORED` lists the keys of the other

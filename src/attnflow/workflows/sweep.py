@@ -16,7 +16,7 @@ brackets: ``--grid 'gauge.frequencies=[1.0],[0.5,0.25]'`` is two points.
 
 The sweep folder ``DIR``::
 
-    DIR/sweep.json        the base config, the grid, the points (hash and grid values)
+    DIR/sweep.json        the base config, the grid, the points (hash, grid values, base keys left out)
     DIR/runs/<hash>/      one run folder per point (``attnflow.workflows.run.run``), named by config_hash
     DIR/results.parquet   one row per point: hash, grid values (columns named by the keys),
     DIR/results.csv       status, error, every top-level scalar of metrics.json, wall_time_s,
@@ -32,6 +32,15 @@ failed point does not stop the sweep: its folder holds ``error.json`` (``status`
 ``error``, ``traceback``) and its row has status "failed" and the message. The tables
 are rebuilt from the run folders at the end of every run, so a resumed sweep has no duplicates.
 A point is known by its config hash only: after a code change that alters results, use a new DIR.
+
+A point whose run stopped early (status ``max_steps`` or ``nonfinite`` in its ``metrics.json``)
+is finished: it is kept and a later run skips it, since its config alone decides that outcome (a
+run is deterministic: a second attempt stops where the first did; raise ``solver.max_steps`` or
+lower ``solver.dt``, a new config and so a new point, to go further). It did not finish as asked,
+though: every run of the sweep, the one that ran it and each one that skips it, counts it in
+:attr:`SweepSummary.failed` and names its status and folder in :attr:`SweepSummary.failures`, so
+``attnflow sweep`` exits with 3 as long as a row of the results table has a status other than
+"ok" (the row keeps the status and the metrics up to where the run stopped).
 
 Execution: by default a ``LocalCluster`` on 127.0.0.1 with one single-threaded worker process per
 core (``processes=True, threads_per_worker=1``): one single-threaded simulation per worker is the
@@ -80,6 +89,7 @@ from attnflow.io.results import RESULTS_PARQUET, write_results
 from attnflow.io.run_folder import check_out_folder
 from attnflow.io.version import __version__
 from attnflow.numerics.batch import SINGLE_THREAD_ENVIRON, available_cores, single_thread_environ
+from attnflow.numerics.status import Status
 from attnflow.workflows.sweep_plan import GridAxis, SweepPlan, SweepPoint, parse_grid, plan_sweep
 from attnflow.workflows.sweep_points import (
     clear_stale_staging,
@@ -311,16 +321,21 @@ def connect(
 
 @dataclasses.dataclass(frozen=True)
 class SweepSummary:
-    """What a :func:`run_sweep` call did: counts, the table paths, and failures/warnings."""
+    """What a :func:`run_sweep` call did: counts, the table paths, and failures/warnings.
+
+    ``failed`` counts the points that did not finish as asked (the rows of the results table whose
+    status is not "ok"): those that failed now, and those whose run stopped early with a status
+    such as ``max_steps`` or ``nonfinite``, now or in an earlier call (kept, and skipped now).
+    ``done`` + ``skipped`` + the points that failed or stopped now = ``points``."""
 
     out_dir: Path
     points: int
-    done: int  # simulated now and finished
-    skipped: int  # finished before this call
-    failed: int  # failed now
+    done: int  # simulated now and finished as asked (status "ok")
+    skipped: int  # finished before this call, whatever their status (not simulated again)
+    failed: int  # did not finish as asked: failed now, or stopped early (now or before)
     wall_time_s: float
     results: Path
-    failures: dict[str, str]  # hash -> error message
+    failures: dict[str, str]  # hash -> error message, or the status that stopped it and where
     warnings: dict[str, int]  # distinct worker warnings -> number of points
 
 
@@ -365,7 +380,10 @@ def _sweep_record(plan: SweepPlan) -> dict[str, Any]:
         "attnflow_version": __version__,
         "base": resolved_dict(plan.base),
         "grid": {axis.key: list(axis.values) for axis in plan.axes},
-        "points": [{"hash": p.hash, "values": p.values} for p in plan.points],
+        "points": [  # with the base keys a point leaves out (its choices do not read them)
+            {"hash": p.hash, "values": p.values, **({"left_out": list(p.left_out)} if p.left_out else {})}
+            for p in plan.points
+        ],
     }
 
 
@@ -380,7 +398,9 @@ def run_sweep(
 ) -> SweepSummary:
     """Run every unfinished point of ``plan`` on Dask and write the results tables in ``out_dir``.
 
-    Finished points are skipped; failed and unfinished ones are (re)done. ``progress(done,
+    Finished points are skipped, whatever their status; failed and unfinished ones are (re)done.
+    A point whose run stopped early (status ``max_steps``, ``nonfinite``: kept, not run again)
+    counts in the summary's ``failed`` and ``failures`` on every call (see the module). ``progress(done,
     total)`` is called as points complete (``total`` counts the points to run now). Nothing is
     written before the cluster is reached. Call under ``if __name__ == "__main__":`` when
     ``scheduler`` is None (Dask spawns worker processes). ``tls``: credentials for ``scheduler``.
@@ -413,6 +433,12 @@ def run_sweep(
                 clear_stale_staging(runs / point.hash)
     rows = collect_results(plan, runs)
     write_results(rows, out_dir)
+    ran = {point.hash for point in todo}
+    for row in rows:  # stopped early (now, or kept from an earlier call): not finished as asked
+        if row["status"] != "ok" and row["hash"] not in failures:
+            failures[row["hash"]] = _not_ok(row["status"], runs / row["hash"])
+            failed += 1
+            done -= row["hash"] in ran  # _execute counted it as done
     return SweepSummary(
         out_dir=out_dir,
         points=len(plan.points),
@@ -424,6 +450,15 @@ def run_sweep(
         failures=failures,
         warnings=caught,
     )
+
+
+def _not_ok(status: str, folder: Path) -> str:
+    """One line for a point whose row status is not "ok": a run that stopped early (its status,
+    what it means, and where it is recorded), or a folder without a result."""
+    if status in Status.__members__:
+        where, why = str(folder / "metrics.json"), Status(status).message
+        return f"stopped with status {status!r}, recorded in {where!r} and the results table: {why}"
+    return f"no result (status {status!r}) in {str(folder)!r}"
 
 
 def _execute(client, todo, runs: Path, progress, failures: dict, caught: dict) -> tuple[int, int]:

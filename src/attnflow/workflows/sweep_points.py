@@ -71,7 +71,9 @@ def _finished_metrics(folder: Path) -> dict | None:
 
 
 def is_finished(folder: str | os.PathLike) -> bool:
-    """A point is finished when its folder holds a metrics.json with ``run.status``."""
+    """A point is finished when its folder holds a metrics.json with ``run.status``, whatever the
+    status: a run that stopped early (``max_steps``, ``nonfinite``) is not run again (its config
+    decides that outcome); the sweep reports it as not finished as asked on every run."""
     return _finished_metrics(Path(folder)) is not None
 
 
