@@ -17,7 +17,7 @@ from attnflow.analysis import landscape, theory
 from attnflow.cli import EXIT_BAD_INPUT, EXIT_OK, app
 from attnflow.core import factors, gauges, sphere
 from attnflow.core.kernel import Kernel, make_profile
-from attnflow.io.config import config_from_dict
+from attnflow.io.config import ConfigError, config_from_dict
 from attnflow.workflows import landscape as search
 from attnflow.workflows.build import build
 
@@ -258,3 +258,73 @@ def test_continuation_locates_where_the_single_arc_begins():
     assert len(ends) == 1 and len(transitions) == 1
     assert np.isnan(ends[0]["index_below"]) and ends[0]["index_above"] == 0
     assert 1.5 < ends[0]["model.beta"] < 1.6  # measured 1.5359 (the great circle's beta_c: 1.5451)
+
+
+# --- bad --continue and --set values: one line naming the option, before any solve, nothing written
+
+
+SMALL = (
+    '[model]\nn = 8\nbeta = 2.0\n[aux]\nkind = "positions"\nspacing = "unit"\n'
+    '[factor]\nkind = "toeplitz_cos"\nomega = 6.283185307179586\n'
+    "[solver]\nt_end = 2.0\nsave_every = 2.0\n"
+)
+
+
+def refused(tmp_path, *args, text=SMALL):
+    """The output of ``attnflow landscape`` on ``text`` with ``args``: exit 2, one line, nothing
+    solved (no progress line) and nothing written."""
+    path = tmp_path / "small.toml"
+    path.write_text(text)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["landscape", str(path), "--out", str(out), "--starts", "1", *args])
+    assert result.exit_code == EXIT_BAD_INPUT, result.output
+    assert result.stderr.count("\n") == 1 and "solving" not in result.stdout, result.output
+    assert not out.exists()
+    return result.stderr.strip()
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [  # keys that the config's chosen kinds do not read: flat, identical branches
+        ("factor.slope=1:2:0.5", "`factor.slope` must be left out when `factor.kind` = 'toeplitz_cos'"),
+        ("slope=0:1:0.5", "`factor.slope` must be left out when `factor.kind` = 'toeplitz_cos'"),
+        ("init.sigma=0.1:0.3:0.1", "`init.sigma` must be left out when `init.kind` = 'uniform'"),
+        ("model.gamma=1:2:1", "`model.gamma` must be left out when `model.beta_scaling` = 'none'"),
+    ],
+)
+def test_continue_refuses_a_key_the_kind_does_not_read(tmp_path, spec, expected):
+    error = refused(tmp_path, "--continue", spec)
+    assert error.startswith(f"error: --continue: {expected}") and "(which does not read it)" in error
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("beta=-1:1:0.5", "`model.beta` must be a number > 0; got -1."),
+        ("beta=2:-1:-0.5", "`model.beta` must be a number > 0; got -1."),  # the far end, before solving
+        ("model.sources=-2:0:1", "`model.sources` must be an integer >= 0; got -2."),  # an integer key
+        ("model.sources=0:1:0.5", "`model.sources` must be an integer >= 0; got 0.5."),
+        ("model.sources=0:2:1", "`model.sources` must be 0 (held sources change the stationary states)"),
+        ("model.n=4:6:1", "`KEY` must be a key that keeps the states' shape (not model.n or model.d"),
+    ],
+)
+def test_continue_errors_name_continue(tmp_path, spec, expected):
+    assert refused(tmp_path, "--continue", spec).startswith(f"error: --continue: {expected}")
+
+
+def test_a_dynamics_other_than_the_gradient_flow_names_set_or_the_file(tmp_path):
+    error = refused(tmp_path, "--set", "model.causal=true")
+    assert error.startswith(
+        "error: --set: `model.causal` must be false (a causal mask is not a gradient flow)"
+    )
+    error = refused(tmp_path, text=SMALL.replace("beta = 2.0\n", "beta = 2.0\nsources = 1\n"))
+    assert error.startswith(f"error: {tmp_path / 'small.toml'}: `model.sources` must be 0")
+
+
+def test_with_value_reports_for_continue():
+    config = d3_config()
+    assert search.with_value(config, "model.beta", 2.0).model.beta == 2.0
+    with pytest.raises(ConfigError, match=r"^--continue: `factor\.slope` must be left out when"):
+        search.with_value(config, "factor.slope", 2.0)
+    with pytest.raises(ConfigError, match=r"^--continue: `model\.sources` must be 0 \(held sources"):
+        search.with_value(config, "model.sources", 1.0)  # an integral value for an integer key

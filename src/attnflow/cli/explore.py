@@ -138,7 +138,11 @@ def phase(
         str,
         typer.Option(
             metavar="METRIC",
-            help="Column (mean per cell; text: most frequent) or NAME OP VALUE: n_clusters>=2.",
+            help="Column (mean per cell; text: most frequent) or NAME OP VALUE, the share of rows "
+            "where it holds: n_clusters>=2, shape==arc, gradient_flow==true (booleans: true or false; "
+            "True, False accepted). VALUE must fit the column's type (text and booleans: == or != "
+            "only). A missing value (collapse_time of a run that never collapsed) satisfies no "
+            "comparison; failed points are left out.",
         ),
     ],
     out: Annotated[
@@ -191,9 +195,11 @@ def landscape(
         continuation_text(continue_)
         cfg = load_config(config, set_)
         check_claim(check_out_folder(out), LANDSCAPE, overwrite=overwrite)
-    from attnflow.workflows.landscape import parse_continuation, run_landscape
+    from attnflow.workflows.landscape import check_gradient_flow, parse_continuation, run_landscape
 
     with user_errors():
+        overridden = {item.partition("=")[0].strip() for item in set_}  # as load_config names them
+        check_gradient_flow(cfg, where=str(config), overridden=overridden)
         continuation = None if continue_ is None else parse_continuation(continue_)
         with disk_failures(out), progress_report("landscape", "solving", "starts") as report:
             result = run_landscape(

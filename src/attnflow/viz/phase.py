@@ -7,11 +7,29 @@ the metric aggregated over the rows of that cell (the other grid keys, e.g. seed
 
 - a numeric column (``energy_gap``): its mean;
 - a comparison ``NAME OP VALUE`` with ``OP`` one of ``>= <= == != > <`` (``n_clusters>=2``,
-  ``shape==arc``): the fraction of rows where it holds (a probability, 0 to 1);
+  ``shape==arc``, ``gradient_flow==true``): the fraction of rows where it holds (a probability,
+  0 to 1);
 - a text column (``shape``, ``status``): its most frequent value (categorical colours), annotated
   with its share when the cell is mixed.
 
-Rows without a value (failed points) are left out; a cell with no row is blank and reads "n/a".
+**The value of a comparison** is read as the type of the column (:func:`phase_table`): a number
+for a numeric column; ``true`` or ``false`` for a boolean one (TOML's spelling; Python's ``True``
+and ``False`` are accepted too); text for a text column (quotes optional: ``shape=='arc'``). A
+boolean or text column is compared with ``==`` or ``!=`` only. A value that cannot be of the
+column's type (``gradient_flow==1``, ``n_clusters==two``, ``shape>arc``) is refused
+(``ValueError``, one line), never compared to a constant false.
+
+**Missing values** (null in the table; NaN, which the table stores as null):
+
+- the row of a point that did not finish (``status`` "failed" or "missing": it has no
+  metrics.json, :mod:`attnflow.workflows.sweep_points`) has no measurement: it is left out;
+- in the row of a finished point, null means that the event never happened or was not measured
+  (``collapse_time`` of a run that never collapsed; ``shape`` when d != 3): it is left out of a
+  mean and of a most frequent value, and it satisfies no comparison, not even ``!=``. So
+  ``collapse_time<10`` counts a seed that never collapsed as false (a cell of such seeds reads 0,
+  not "n/a"), and ``collapse_time>10`` reads "collapsed, after t = 10".
+
+A cell with no row left is blank and reads "n/a".
 """
 
 from __future__ import annotations
@@ -32,7 +50,9 @@ from attnflow.analysis.shapes import SHAPES
 from attnflow.io.results import read_results
 
 __all__ = [
+    "BOOLEANS",
     "SHAPE_COLOURS",
+    "UNFINISHED",
     "PhaseTable",
     "draw_phase",
     "parse_metric",
@@ -64,8 +84,16 @@ _OPS = {
 _COMPARISON = re.compile(r"^\s*([^<>=!\s]+)\s*(>=|<=|==|!=|>|<)\s*([^<>=!\s].*?)\s*$")
 
 
-def parse_metric(spec: str) -> tuple[str, str | None, Any]:
-    """``"NAME"`` → ``(NAME, None, None)``; ``"NAME>=2"`` → ``(NAME, ">=", 2.0)``; text values stay text."""
+UNFINISHED = ("failed", "missing")
+"""The ``status`` of a point that has no metrics (:mod:`attnflow.workflows.sweep_points`): its
+row is left out where the metric has no value."""
+BOOLEANS = {"true": True, "false": False, "True": True, "False": False}
+"""The spellings of a boolean comparison value: TOML's (``true``), and Python's (``True``)."""
+_EQUALITY = ("==", "!=")
+
+
+def _split(spec: str) -> tuple[str, str | None, str | None]:
+    """``"NAME OP VALUE"`` → ``(NAME, OP, VALUE as written)``; ``"NAME"`` → ``(NAME, None, None)``."""
     match = _COMPARISON.match(spec)
     if match is None:
         if not spec.strip() or any(c in spec for c in "<>=!"):
@@ -75,11 +103,83 @@ def parse_metric(spec: str) -> tuple[str, str | None, Any]:
             )
         return spec.strip(), None, None
     name, op, text = match.groups()
+    return name, op, text
+
+
+def _unquoted(text: str) -> str:
+    return text.strip("'\"")
+
+
+def parse_metric(spec: str) -> tuple[str, str | None, Any]:
+    """``"NAME"`` → ``(NAME, None, None)``; ``"NAME>=2"`` → ``(NAME, ">=", 2.0)``;
+    ``"NAME==true"`` → ``(NAME, "==", True)``; other values stay text. Without the column's type:
+    :func:`phase_table` reads the value as the type of its column."""
+    name, op, text = _split(spec)
+    if text is None:
+        return name, None, None
+    if text in BOOLEANS:
+        return name, op, BOOLEANS[text]
     try:
-        value: Any = float(text)
+        return name, op, float(text)
     except ValueError:
-        value = text.strip("'\"")
-    return name, op, value
+        return name, op, _unquoted(text)
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    return "text" if isinstance(value, str) else "other"
+
+
+_KINDS = {"number": "numbers", "boolean": "true/false", "text": "text", "other": "other values"}
+
+
+def _reference(rows: Sequence[Mapping[str, Any]], name: str, op: str, text: str, metric: str) -> Any:
+    """The value of the comparison ``metric`` read as the type of the column ``name``."""
+    kinds = sorted({_kind(row.get(name)) for row in rows if not _missing(row.get(name))})
+    if not kinds:  # no row has a value: none satisfies the comparison, whatever its value
+        return parse_metric(metric)[2]
+    if len(kinds) > 1 or kinds == ["other"]:
+        held = " and ".join(_KINDS[k] for k in kinds)
+        raise ValueError(
+            f"phase: `--metric` must compare a column of numbers, true/false or text; got {metric!r} "
+            f"({name!r} holds {held})."
+        )
+    kind = kinds[0]
+    if kind == "number":
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if math.isnan(value):
+            raise ValueError(
+                f"phase: `--metric` must compare the numeric column {name!r} with a number "
+                f"(e.g. {name}{op}2); got {metric!r}."
+            )
+        return value
+    if op not in _EQUALITY:
+        raise ValueError(
+            f"phase: `--metric` must compare the {_KINDS[kind]} column {name!r} with == or != "
+            f"(>=, <=, >, < compare numbers); got {metric!r}."
+        )
+    if kind == "boolean":
+        if text not in BOOLEANS:
+            raise ValueError(
+                f"phase: `--metric` must compare the true/false column {name!r} with true or false "
+                f"(True and False accepted); got {metric!r}."
+            )
+        return BOOLEANS[text]
+    return _unquoted(text)
+
+
+def _unfinished(row: Mapping[str, Any]) -> bool:
+    return row.get("status") in UNFINISHED
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,27 +223,27 @@ def _sorted_unique(values: Sequence[Any]) -> tuple[Any, ...]:
 
 
 def phase_table(rows: Sequence[Mapping[str, Any]], x: str, y: str, metric: str) -> PhaseTable:
-    """Aggregate ``metric`` (see :func:`parse_metric`) over the cells of ``x`` by ``y``."""
+    """Aggregate ``metric`` over the cells of ``x`` by ``y``: a mean, a fraction of rows where a
+    comparison holds, or a most frequent value; the value of a comparison is read as the type of
+    its column, and a missing value counts as the module doc says."""
     if not rows:
         raise ValueError("phase: the results table must have at least one row; got an empty table.")
-    name, op, ref = parse_metric(metric)
+    name, op, text = _split(metric)
     for option, column in (("--x", x), ("--y", y), ("--metric", name)):
         _column_check(rows, column, option)
+    ref = None if op is None or text is None else _reference(rows, name, op, text, metric)
     xs, ys = _sorted_unique([r.get(x) for r in rows]), _sorted_unique([r.get(y) for r in rows])
     cells: dict[tuple[int, int], list[Any]] = {}
     for row in rows:
         value = row.get(name)
-        if value is None or row.get(x) is None or row.get(y) is None:
+        if row.get(x) is None or row.get(y) is None:
             continue
-        if isinstance(value, float) and math.isnan(value):
-            continue
-        if op is not None:
-            try:
-                value = float(_OPS[op](value, ref))
-            except TypeError:
-                raise ValueError(
-                    f"phase: `--metric` must compare {name!r} with a value of its type; got {metric!r}."
-                ) from None
+        if _missing(value):  # never happened or not measured (module doc)
+            if op is None or _unfinished(row):
+                continue
+            value = 0.0  # satisfies no comparison
+        elif op is not None:
+            value = float(_OPS[op](value, ref))
         cells.setdefault((ys.index(row[y]), xs.index(row[x])), []).append(value)
     sample = [v for values in cells.values() for v in values]
     categorical = op is None and any(isinstance(v, str) for v in sample)

@@ -13,7 +13,11 @@
   index, ``lambda_1``, gradient norm, shape), ``transitions.csv`` (``kind`` "index": where a
   branch's index changes, an eigenvalue crossing 0 located by a root search on that eigenvalue;
   ``kind`` "end": where Newton from the branch stops converging, a fold, located by bisection) and
-  ``branches.png``.
+  ``branches.png``. The key continued is checked like ``--set`` and refused for ``--continue``
+  before any solve (:func:`with_value`): a value out of its bounds, a key that the config's chosen
+  kind does not read (``factor.slope`` with a Toeplitz cosine factor: its branches would be flat),
+  a value whose dynamics is not the gradient flow, ``model.n`` or ``model.d`` (a branch keeps the
+  states' shape).
 
 Starts (every one ends with Riemannian Newton, ``attnflow.analysis.landscape.newton``):
 
@@ -41,7 +45,7 @@ import dataclasses
 import math
 import re
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 import jax
@@ -56,6 +60,7 @@ from attnflow.core.kernel import Kernel
 from attnflow.io import run_folder
 from attnflow.io.atomic import replacing, write_json, write_text
 from attnflow.io.config import Config, ConfigError, apply_overrides, config_from_dict, resolved_dict
+from attnflow.io.config_unused import check_unused
 from attnflow.numerics.dynamics import make_vector_field
 from attnflow.numerics.solve import solve
 from attnflow.numerics.summation import energy
@@ -76,6 +81,8 @@ END_HALVINGS = 6  # a branch's end (Newton stops converging) located to step / 2
 CONTINUATION_NEWTON = 12
 N_EIGENVALUES = landscape.TOP_EIGENVALUES
 ALIASES = {"beta": "model.beta", "omega": "factor.omega", "slope": "factor.slope"}
+CONTINUE = "--continue"  # where a value set by the continuation is reported
+SHAPE_KEYS = ("model.n", "model.d")  # not continued: they change the shape (n, d) of the states
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,14 +127,29 @@ def parse_continuation(spec: str) -> Continuation:
 
 
 def with_value(config: Config, key: str, value: float) -> Config:
-    """``config`` with ``key = value`` (validated like ``--set``)."""
-    return config_from_dict(apply_overrides(resolved_dict(config), [f"{key}={value!r}"], where="--continue"))
+    """``config`` with ``key = value``, checked like ``--set`` and reported for ``--continue``: a
+    bad value, a key that the config's chosen kind does not read (``factor.slope`` with a Toeplitz
+    cosine factor: :func:`~attnflow.io.config_unused.check_unused`), a value whose dynamics is not
+    the gradient flow (:func:`check_gradient_flow`). An integral value is written as an integer (an
+    integer key takes it; a number key takes an integer too)."""
+    written = repr(int(value)) if float(value).is_integer() else repr(float(value))
+    data = apply_overrides(resolved_dict(config), [f"{key}={written}"], where=CONTINUE)
+    result = config_from_dict(data, where=CONTINUE)
+    section, _, name = key.partition(".")
+    only = {section: {name: data[section][name]}}  # the key continued: the base was checked when read
+    check_unused(only, result, where=CONTINUE, overridden={key}, override_where=CONTINUE)
+    check_gradient_flow(result, overridden={key}, override_where=CONTINUE)
+    return result
 
 
-def check_gradient_flow(config: Config) -> None:
+def check_gradient_flow(
+    config: Config, *, where: str = "config", overridden: Collection[str] = (), override_where: str = "--set"
+) -> None:
     """The landscape is that of the energy: refuse, naming the key, a config whose dynamics is not
     its gradient flow (heads, a causal mask, values outside the gradient, held sources), whose
-    stationary states would not be those of the flow it describes."""
+    stationary states would not be those of the flow it describes. Reported for ``where`` (the
+    config file), or for ``override_where`` when the key is one of ``overridden`` (given by
+    ``--set``), as :func:`~attnflow.io.config_unused.check_unused` reports."""
     model = config.model
     reasons = {
         "attention": (config.attention is not None, "absent (the landscape of heads is not built)"),
@@ -138,7 +160,8 @@ def check_gradient_flow(config: Config) -> None:
     for key, (refused, constraint) in reasons.items():
         if refused:
             value = "a section" if key == "attention" else getattr(model, key.split(".")[1])
-            raise ConfigError.from_parts(key, f"{constraint} for `attnflow landscape`", value)
+            shown = override_where if key in overridden else where
+            raise ConfigError.from_parts(key, f"{constraint} for `attnflow landscape`", value, where=shown)
 
 
 def _quiet_build(config: Config) -> Simulation:
@@ -488,10 +511,19 @@ def run_landscape(
     run_folder.check_claim(out, run_folder.LANDSCAPE, overwrite=overwrite)  # before the Newton solves
     if starts < 0:
         raise ValueError(f"landscape: `starts` must be >= 0; got {starts!r}.")
-    if continuation is not None:
-        with_value(config, continuation.key, float(continuation.values[0]))  # a bad key fails first
+    if continuation is not None:  # a bad key or value fails here, before any solve
+        if continuation.key in SHAPE_KEYS:
+            shape = " or ".join(SHAPE_KEYS)
+            raise ValueError(
+                f"{CONTINUE}: `KEY` must be a key that keeps the states' shape (not {shape}: a branch "
+                f"is followed at fixed n and d); got {continuation.key!r}."
+            )
+        # the ends (a bound on the value) and one step in (a step that is not an integer)
+        values = continuation.values
+        for value in dict.fromkeys(float(v) for v in (values[0], values[1 % values.size], values[-1])):
+            with_value(config, continuation.key, value)
         if continuation.key.count(".") != 1:
-            raise ValueError(f"--continue: `KEY` must be a config key section.key; got {continuation.key!r}.")
+            raise ValueError(f"{CONTINUE}: `KEY` must be a config key section.key; got {continuation.key!r}.")
     sim = build(config)
     states, log = find_states(sim, starts=starts, seed=seed, gradient_tol=gradient_tol, progress=progress)
     branches, transitions = [], []
