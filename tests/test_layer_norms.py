@@ -268,3 +268,31 @@ def test_a_batch_of_layer_norm_runs_is_each_run():
     for b in range(2):
         alone = solve(field, z0[b], integrator=method, dt=0.01, t_end=0.2, save_every=0.1)
         np.testing.assert_allclose(batch.xs[:, b], alone.xs, rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize(
+    ("x0", "message"),
+    [
+        (
+            np.ones((12, 5)),
+            r"`x0` must have shape \(n, d\) with \(n, d\) = \(12, 4\), the kernel's; got \(12, 5\)\.",
+        ),
+        (
+            np.ones((20, 4)),
+            r"`x0` must have shape \(n, d\) with \(n, d\) = \(12, 4\), the kernel's; got \(20, 4\)\.",
+        ),
+        (
+            np.ones((2, 12, 3)),
+            r"`x0` must have shape \(B, n, d\) with \(n, d\) = \(12, 4\), the kernel's; got \(2, 12, 3\)\.",
+        ),
+        (
+            np.ones((12, 4), np.int32),
+            r"`x0` must hold real floats \(float64, or float32 with a float32 kernel\); got int32\.",
+        ),
+    ],
+)
+def test_tokens_that_do_not_fit_the_kernel_are_one_clear_error(x0, message):
+    # a wrong d ran silently (a broadcast), a wrong n failed deep inside JAX
+    for field in (_layer(), LayerNormField(_layer(), "post")):
+        with pytest.raises(ValueError, match="^solve: " + message + "$"):
+            solve(field, x0, integrator=integrators.RK4(), dt=0.05, t_end=0.1, save_every=0.1)
