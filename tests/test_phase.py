@@ -114,3 +114,12 @@ def test_the_phase_command_compares_booleans(sweep_dir):
     assert result.exit_code == 0, result.output
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "true or false" in CliRunner().invoke(app, ["phase", "--help"]).stdout
+
+
+def test_a_figure_name_that_is_not_a_png_is_refused(sweep_dir):
+    # the figure is written as PNG: ph.pdf would have held PNG bytes under a PDF name
+    axes = ["--x", "model.beta", "--y", "init.seed", "--metric", "energy"]
+    result = CliRunner().invoke(app, ["phase", str(sweep_dir), *axes, "--out", str(sweep_dir / "ph.pdf")])
+    assert result.exit_code == EXIT_BAD_INPUT, result.output
+    assert result.stderr == f"error: phase: `--out` must end in '.png'; got {str(sweep_dir / 'ph.pdf')!r}.\n"
+    assert not (sweep_dir / "ph.pdf").exists()

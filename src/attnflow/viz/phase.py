@@ -371,6 +371,8 @@ def write_phase_figure(
 ) -> Path:
     """Draw the phase diagram of a sweep folder's results table into ``out`` (PNG; default
     ``DIR/figures/phase_<metric>.png``)."""
+    if out is not None and Path(out).suffix.lower() != ".png":  # the figure is a PNG whatever the name
+        raise ValueError(f"phase: `--out` must end in '.png'; got {str(out)!r}.")
     rows = read_results(sweep_dir)
     fig = phase_figure(rows, x, y, metric, title=title)
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", metric).strip("_") or "metric"
