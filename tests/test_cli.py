@@ -616,3 +616,10 @@ def test_a_value_that_spells_an_emoji_code_is_shown_as_given(tmp_path):
     assert result.exit_code == 2
     reason = "the configuration must be a readable TOML file; got 'No such file or directory'."
     assert result.stderr == f"error: {missing}: {reason}\n"
+
+
+@pytest.mark.parametrize("seed", ["-1", "99999999999999999999999"])
+def test_a_realize_seed_out_of_range_names_the_range_and_the_value(seed):
+    result = invoke("realize", "--seed", seed, "--kind", "orbit", "--target", "x.npy")
+    assert result.exit_code == 2
+    assert f"'--seed': must be an integer in [0, 9223372036854775807]; got {seed}." in result.stderr

@@ -155,7 +155,8 @@ def realize(
         Path | None, typer.Option(metavar="DIR", help="Run folder (default runs/realize-<kind>-<name>).")
     ] = None,
     seed: Annotated[
-        int, typer.Option(min=0, max=SEED_MAX, metavar="SEED", help="Seed of the initial data.")
+        int,
+        typer.Option(callback=count_between(0, SEED_MAX), metavar="SEED", help="Seed of the initial data."),
     ] = 0,
     t_end: Annotated[
         float,
