@@ -645,6 +645,8 @@ def test_a_grid_above_the_limit_is_refused_unless_confirmed(base_file, tmp_path)
     [
         ("/etc/passwd", "not JSON"),
         ("not-an-address", "neither an address nor an existing file"),
+        ("tcp://localhost:99999", "its port must be in 1-65535"),  # refused before a 20 s connection try
+        ("tcp://localhost:0", "its port must be in 1-65535"),
         ("{tmp}/empty.json", 'a JSON file without an "address"'),
         ("{tmp}", "Is a directory"),
     ],

@@ -82,6 +82,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from attnflow.io.atomic import write_json
 from attnflow.io.config import resolved_dict
@@ -365,6 +366,12 @@ def check_scheduler(scheduler: str) -> None:
     if not path.exists():
         if not _ADDRESS.match(scheduler):
             raise ValueError(f"{where} (neither an address nor an existing file).")
+        try:
+            port = urlsplit(scheduler).port  # raises for a port beyond 65535
+        except ValueError:
+            port = 0
+        if port == 0:
+            raise ValueError(f"{where} (its port must be in 1-65535).")
         return
     try:
         record = json.loads(path.read_text())
