@@ -30,6 +30,7 @@ def test_a_killed_seed_worker_is_one_line_naming_the_lost_seeds():
     message = str(caught.value)
     assert "\n" not in message and message.startswith("solve: a seed worker process died")
     assert "seeds 0-1" in message or "seeds 2-3" in message or "seeds 0-1, 2-3" in message
+    assert 'a script must call solve under `if __name__ == "__main__":`' in message  # the other cause
     assert isinstance(caught.value, BrokenProcessPool)  # callers catching the pool's error still do
 
 

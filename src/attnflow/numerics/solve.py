@@ -451,7 +451,8 @@ def _run_in_processes(problem: Problem, x0, keys: jax.Array, count: int):
     except BrokenProcessPool:
         lost = ", ".join(f"{r[0]}-{r[-1]}" for r, part in zip(shares, parts, strict=True) if part is None)
         raise SeedWorkerDied(
-            f"solve: a seed worker process died (killed, or out of memory) before returning seeds "
+            f"solve: a seed worker process died (killed, out of memory, or it could not start: a "
+            f'script must call solve under `if __name__ == "__main__":`) before returning seeds '
             f"{lost} of {runs}, so the batch has no result; rerun it, with workers=1 to solve "
             "it in this process or fewer seeds per process."
         ) from None
