@@ -146,7 +146,7 @@ def phase(
         ),
     ],
     out: Annotated[
-        Path | None, typer.Option(metavar="FILE", help="A .png file (default DIR/figures/phase_<metric>.png).")
+        Path | None, typer.Option(metavar="FILE", help="A .png (default DIR/figures/phase_<metric>.png).")
     ] = None,
     title: Annotated[str | None, typer.Option(metavar="TEXT", help="Figure title.")] = None,
 ) -> None:
