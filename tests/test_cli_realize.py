@@ -70,6 +70,19 @@ def test_orbit_run_folder(targets, tmp_path):
     assert (out / "figures" / "target.png").stat().st_size > 0
 
 
+def test_orbit_run_folder_for_tied_angles_meets_the_bound(tmp_path):
+    # 16 copies of one angle, exact mode: the realised angles are 1.0 to round-off either side of
+    # the law's atom, and the distance is read to the atom's tolerance: within 1/(2n), not 0.53.
+    target = tmp_path / "tied.npy"
+    np.save(target, np.full(16, 1.0))
+    out = tmp_path / "tied"
+    result = invoke("--target", str(target), "--kind", "orbit", "--mode", "exact", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["realisation_bound"] == 1 / 32 and m["orbit_residual"] < 1e-14
+    assert m["realisation_distance"] <= m["realisation_bound"]
+
+
 def test_sphere_run_folder(targets, tmp_path):
     out = tmp_path / "sphere"
     result = invoke(

@@ -328,6 +328,69 @@ def test_circular_ks_atom():
     assert metrics.circular_ks(np.zeros(5), lambda t: t / TWO_PI) == 1.0
 
 
+class StepCDF:
+    """The uniform law on [0, 2π) with an atom of mass ``mass`` at ``atom``, as a CDF with a
+    ``ks_tolerance`` (the protocol of attnflow.analysis.laws.AngleCDF)."""
+
+    def __init__(self, atom, mass, ks_tolerance):
+        self.atom, self.mass, self.ks_tolerance = atom, mass, ks_tolerance
+
+    def __call__(self, t):
+        t = np.asarray(t, dtype=float)
+        return (1.0 - self.mass) * t / TWO_PI + self.mass * (t >= self.atom)
+
+
+@pytest.mark.parametrize("atom", [0.0, 2.0])
+def test_circular_ks_reads_atoms_to_the_tolerance(atom):
+    n, delta = 64, 32 * np.spacing(TWO_PI)
+    law = StepCDF(atom, 0.5, delta)
+    # The law's midpoint quantiles: 32 angles on the atom, the others below and above it.
+    u, start = (np.arange(n) + 0.5) / n, 0.5 * atom / TWO_PI  # F(atom−)
+    quantiles = np.where(u < start, u * 2 * TWO_PI, np.where(u <= start + 0.5, atom, (u - 0.5) * 2 * TWO_PI))
+    assert np.sum(quantiles == atom) == 32
+    # 1/(2n) exactly, less the rise of F over δ.
+    assert metrics.circular_ks(quantiles, law) == pytest.approx(1 / (2 * n), abs=1e-13)
+    assert metrics.circular_ks(quantiles, law) <= 1 / (2 * n)
+    # Round-off of a few ulps either side of the atom (below 0: just under 2π): still 1/(2n) at most,
+    noisy = quantiles + np.random.default_rng(0).integers(-5, 6, size=n) * np.spacing(TWO_PI)
+    assert metrics.circular_ks(noisy, law) <= 1 / (2 * n)
+    # while the exact formula (tolerance 0) counts the whole jump against the angles below it,
+    assert metrics.circular_ks(noisy, law, tolerance=0.0) > 0.2
+    # and angles 0.1 off fail, with or without the tolerance.
+    for shift in (0.1, -0.1):
+        assert metrics.circular_ks(quantiles + shift, law) > 0.2
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(min_value=1, max_value=40), st.integers(min_value=0, max_value=2**32 - 1))
+def test_circular_ks_tolerance_is_at_most_the_distance_of_nearby_angles(m, seed):
+    """Angles within δ' < δ of the midpoint quantiles of a law with ties measure at most 1/(2n),
+    and D_δ <= D (tolerance 0) for any angles."""
+    from attnflow.analysis import laws
+
+    rng = np.random.default_rng(seed)
+    values = rng.choice(np.round(rng.uniform(0.0, TWO_PI, size=4), 1), size=m)
+    law = laws.EmpiricalAngleLaw(values)
+    n = int(rng.integers(1, 3 * m + 1))
+    quantiles = law.ppf((np.arange(n) + 0.5) / n)
+    delta = law.cdf.ks_tolerance
+    noisy = quantiles + rng.uniform(-0.9, 0.9, size=n) * delta
+    assert metrics.circular_ks(noisy, law.cdf) <= 1 / (2 * n) + 1e-14
+    angles = rng.uniform(0.0, TWO_PI, size=n)
+    assert metrics.circular_ks(angles, law.cdf) <= metrics.circular_ks(angles, law.cdf, tolerance=0.0)
+
+
+def test_circular_ks_tolerance_zero_is_the_exact_formula():
+    angles = np.random.default_rng(3).uniform(-7.0, 7.0, size=101)
+    cdf = lambda t: (t / TWO_PI) ** 2  # noqa: E731
+    theta, k = np.sort(np.mod(angles, TWO_PI)), np.arange(1, 102)
+    exact = float(np.max(np.maximum(k / 101 - cdf(theta), cdf(theta) - (k - 1) / 101)))
+    # No ks_tolerance on the callable: tolerance 0, the formula bit for bit.
+    assert metrics.circular_ks(angles, cdf) == metrics.circular_ks(angles, cdf, tolerance=0.0) == exact
+    with pytest.raises(ValueError, match="`tolerance` must be in"):
+        metrics.circular_ks(angles, cdf, tolerance=-1e-14)
+
+
 def test_wasserstein_permutation_and_rotation():
     n, a = 12, 0.1
     x = latitude_circle(n, 0.0, phase=0.3)

@@ -77,6 +77,23 @@ def test_empirical_law_quantiles_are_the_samples():
     np.testing.assert_allclose(laws.EmpiricalAngleLaw(samples - TWO_PI).samples, np.sort(samples), atol=1e-14)
 
 
+def test_empirical_law_with_ties_has_atoms_read_at_a_tolerance():
+    # Four values taken 4 times each: atoms of mass 3/16, the CDF jumping from (k−½)/16 to (k+2½)/16.
+    law = laws.EmpiricalAngleLaw(np.repeat([0.5, 1.5, 2.5, 4.0], 4))
+    assert law.cdf(np.nextafter(0.5, 0.0)) == pytest.approx(1 / 32) and law.cdf(0.5) == 7 / 32
+    assert law.cdf(np.nextafter(4.0, 0.0)) == pytest.approx(25 / 32) and law.cdf(4.0) == 31 / 32
+    assert law.ks_tolerance == laws.ATOM_TOLERANCE == 32 * np.spacing(TWO_PI)
+    assert law.cdf.ks_tolerance == laws.ATOM_TOLERANCE
+    # Ties to round-off (np.mod of a whole turn) and a sample at 0 (a jump of 1/(2m)) are atoms too.
+    assert laws.EmpiricalAngleLaw(np.array([1.0, 1.0 + TWO_PI, 3.0])).ks_tolerance == laws.ATOM_TOLERANCE
+    assert laws.EmpiricalAngleLaw(np.array([0.0, 3.0])).ks_tolerance == laws.ATOM_TOLERANCE
+    # A sample within 2 ATOM_TOLERANCE below 2π is one at 0 (no target angle at the cut of the circle).
+    assert laws.EmpiricalAngleLaw(np.array([3.0, -1e-14])).samples.tolist() == [0.0, 3.0]
+    # Distinct samples: a continuous law, KS read exactly (tolerance 0).
+    distinct = laws.EmpiricalAngleLaw(E7_LAW.sample(5, 50))
+    assert distinct.ks_tolerance == 0.0 and distinct.cdf.ks_tolerance == 0.0
+
+
 def test_quantile_law_cdf_by_bisection():
     law = laws.as_angle_law(lambda u: TWO_PI * u**2)
     theta = np.linspace(0, TWO_PI, 7)
@@ -182,6 +199,40 @@ def test_orbit_realisation_from_samples():
     # n = number of samples: the realised relative angles are the samples themselves.
     np.testing.assert_allclose(np.sort(result.relative_angles), np.sort(samples), atol=1e-8)
     assert result.distance <= result.bound + 1e-6
+
+
+ATOM_TARGETS = {"one_angle": np.full(16, 1.0), "four_angles": np.repeat([0.5, 1.5, 2.5, 4.0], 4)}
+
+
+@pytest.mark.parametrize("mode", realisation.MODES)
+@pytest.mark.parametrize("target", sorted(ATOM_TARGETS))
+def test_orbit_realisation_of_a_law_with_atoms_meets_the_bound(target, mode):
+    """Tied samples: the realised angles are the samples to round-off (a few ulps of 2π, either
+    side of the atoms), and that measures within 1/(2n), while angles 0.1 off still fail."""
+    samples = ATOM_TARGETS[target]
+    n = samples.size
+    result = realize.realize_orbit(samples, n=n, mode=mode, save_every=40.0)
+    off = np.angle(np.exp(1j * (result.relative_angles - np.sort(samples))))
+    assert np.max(np.abs(off)) <= 8 * np.spacing(TWO_PI) and result.orbit_residual < 1e-14
+    assert result.bound == 1 / (2 * n)
+    assert result.distance <= result.bound
+    law = laws.as_angle_law(samples)
+    # The quantiles themselves (the samples; at KS distance exactly 1/(2n)) measure 1/(2n) to round-off.
+    assert metrics.circular_ks(np.sort(samples), law.cdf) == pytest.approx(result.bound, abs=1e-12)
+    for shift in (0.1, -0.1):  # a wrong realisation fails the bound by far
+        assert metrics.circular_ks(result.relative_angles + shift, law.cdf) > 5 * result.bound
+
+
+def test_orbit_distance_of_a_continuous_law_is_the_exact_ks_distance():
+    """Distinct samples (and the von Mises mixture) have no atoms: the distance is the exact KS
+    formula max_k max(k/n − F(θ_(k)), F(θ_(k)) − (k−1)/n), bit for bit."""
+    samples = E7_LAW.sample(11, 48)
+    for law in (laws.EmpiricalAngleLaw(samples), E7_LAW):
+        result = realize.realize_orbit(law, n=48, mode="exact", save_every=40.0)
+        theta = np.sort(np.mod(result.relative_angles, TWO_PI))
+        f, k = law.cdf(theta), np.arange(1, 49)
+        assert result.distance == float(np.max(np.maximum(k / 48 - f, f - (k - 1) / 48)))
+        assert result.distance <= result.bound + 1e-12
 
 
 @pytest.mark.parametrize("gauge", ["householder", "rotation"])

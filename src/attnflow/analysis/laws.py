@@ -3,7 +3,10 @@
 - Angle laws on ``[0, 2π)`` with a ``cdf`` (``cdf(0) = 0``, ``cdf(2π) = 1``) and its inverse ``ppf``:
   :class:`VonMisesMixture` (exact Fourier-series CDF), :class:`EmpiricalAngleLaw` (samples,
   interpolated CDF), :class:`QuantileLaw` (a bare quantile function); :func:`as_angle_law` turns
-  any of those inputs into a law.
+  any of those inputs into a law. :class:`EmpiricalAngleLaw` returns its CDF as an
+  :class:`AngleCDF` carrying ``ks_tolerance``, the resolution at which
+  :func:`attnflow.analysis.metrics.circular_ks` reads the angles: :data:`ATOM_TOLERANCE` for a law
+  with atoms (tied samples), 0 for a continuous one.
 - :func:`spherical_mixture_samples`: the three-blob von Mises–Fisher target on ``S^2`` of experiment E8.
 
 Randomness comes from an explicit seed, NumPy ``Generator`` or JAX key (:func:`make_rng`).
@@ -23,6 +26,10 @@ TWO_PI = 2.0 * np.pi
 CDF_BLOCK_ENTRIES = 1 << 20  # angles × Fourier terms evaluated at once in VonMisesMixture.cdf
 PPF_NEWTON_STEPS = 8  # quadratic convergence from a 2π/2048 bracket: round-off after 3-4 steps
 PPF_TOL = 1e-13  # |cdf(θ) − u| at which Newton stops (the CDF series rounds at ~1e-14 for κ ~ 1e3)
+# Resolution of an atom's position in the KS distance (EmpiricalAngleLaw.ks_tolerance): 32 ulps of
+# 2π, 2.8e-14 rad. Realised orbit angles are the target quantiles to <= 5 ulps of 2π (measured for
+# n = 16 to 1024, both modes, tau = 40): the round-off of the converged state and of arctan2.
+ATOM_TOLERANCE = 32 * float(np.spacing(TWO_PI))
 
 
 def make_rng(key_or_seed) -> np.random.Generator:
@@ -138,24 +145,54 @@ class VonMisesMixture:
         return np.mod(theta, TWO_PI)
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class AngleCDF:
+    """A CDF on ``[0, 2π]`` as a vectorised callable, with the position tolerance
+    ``ks_tolerance`` (radians, ``>= 0``) at which :func:`attnflow.analysis.metrics.circular_ks`
+    compares angles with it: ``0`` for a continuous law (the exact KS distance), positive for a
+    law with atoms (the KS distance up to moving each angle by less than ``ks_tolerance``)."""
+
+    function: Callable[[np.ndarray], np.ndarray]
+    ks_tolerance: float = 0.0
+
+    def __call__(self, theta) -> np.ndarray:
+        return self.function(theta)
+
+
 @dataclasses.dataclass(frozen=True)
 class EmpiricalAngleLaw:
-    """The law of angle samples, as the continuous piecewise-linear CDF through ``(s_(k), (k−½)/m)``
-    (the sorted samples ``s_(k)`` in ``[0, 2π)``) and ``(0, 0)``, ``(2π, 1)``.
+    """The law of angle samples, as the piecewise-linear CDF through ``(s_(k), (k−½)/m)`` (the
+    sorted samples ``s_(k)`` in ``[0, 2π)``) and ``(0, 0)``, ``(2π, 1)``: continuous where the
+    samples are distinct, with an atom of mass ``(r−1)/m`` at a value taken ``r`` times, and one of
+    mass ``1/(2m)`` at a sample at 0.
 
-    Its quantile function maps ``(k−½)/m`` to ``s_(k)``: with ``n = m`` tokens the orbit angles are
-    the samples themselves, and the bound ``1/(2n)`` holds for every ``n`` (a step CDF would put
-    every realised angle on a jump).
+    Its quantile function maps ``(k−½)/m`` to ``s_(k)`` and is the generalised inverse of the CDF,
+    so the midpoint quantiles ``α_i = F⁻¹((i+½)/n)`` are within KS distance ``1/(2n)`` of the law
+    for every ``n`` (with ``n = m`` they are the samples themselves; a step CDF would put every
+    realised angle on a jump), ties included: for 16 copies of one angle the CDF jumps from
+    ``1/32`` to ``31/32`` there and the 16 angles on it are at KS distance exactly ``1/32``.
+
+    The KS distance is continuous in the angles at continuity points of the CDF (moving an angle by
+    ``h`` changes it by at most the CDF's rise over ``h``) but not at an atom: an angle one ulp below
+    an atom counts against the whole jump. Realised angles are the quantiles only to round-off, so
+    a law with atoms at the resolution :data:`ATOM_TOLERANCE` (two samples, or a sample and 0,
+    within ``2·ATOM_TOLERANCE``) hands its CDF to :func:`~attnflow.analysis.metrics.circular_ks`
+    with ``ks_tolerance = ATOM_TOLERANCE``: angles within that of the quantiles measure at most the
+    quantiles' distance, and the measure is otherwise the KS distance to within the CDF's rise over
+    ``ATOM_TOLERANCE``. A law without atoms keeps ``ks_tolerance = 0``: the exact KS distance,
+    unchanged. Samples within ``2·ATOM_TOLERANCE`` below ``2π`` are taken at 0 (as ``np.mod``
+    already rounds ``−tiny`` to ``2π``), so that no target angle sits at the cut of the circle
+    that ``circular_ks`` leaves the tolerance on either side of.
     """
 
-    samples: np.ndarray  # sorted, in [0, 2π)
+    samples: np.ndarray  # sorted, in [0, 2π − 2·ATOM_TOLERANCE)
 
     def __post_init__(self):
         s = np.asarray(self.samples, dtype=np.float64).reshape(-1)
         if s.size < 1 or not np.all(np.isfinite(s)):
             raise ValueError(f"EmpiricalAngleLaw: `samples` must be >= 1 finite angles; got {s.size} values.")
         s = np.mod(s, TWO_PI)
-        s[s >= TWO_PI] = 0.0  # np.mod(−tiny, 2π) rounds to 2π
+        s[s >= TWO_PI - 2.0 * ATOM_TOLERANCE] = 0.0  # np.mod(−tiny, 2π) rounds to 2π: at 0 (class doc)
         object.__setattr__(self, "samples", np.sort(s))
 
     @property
@@ -165,8 +202,20 @@ class EmpiricalAngleLaw:
         fp = np.concatenate([[0.0], (np.arange(m) + 0.5) / m, [1.0]])
         return xp, fp
 
-    def cdf(self, theta) -> np.ndarray:
-        """Right-continuous piecewise-linear CDF on ``[0, 2π]`` (a jump at tied samples)."""
+    @property
+    def ks_tolerance(self) -> float:
+        """:data:`ATOM_TOLERANCE` if the law has an atom at that resolution (two samples, or the
+        first sample and 0, within ``2·ATOM_TOLERANCE``), else ``0.0`` (a continuous law)."""
+        gaps = np.diff(self.samples, prepend=0.0)
+        return ATOM_TOLERANCE if bool(np.any(gaps <= 2.0 * ATOM_TOLERANCE)) else 0.0
+
+    @property
+    def cdf(self) -> AngleCDF:
+        """Right-continuous piecewise-linear CDF on ``[0, 2π]`` (a jump at tied samples), as an
+        :class:`AngleCDF` with this law's :attr:`ks_tolerance`."""
+        return AngleCDF(self._cdf, self.ks_tolerance)
+
+    def _cdf(self, theta) -> np.ndarray:
         xp, fp = self._knots
         theta = np.clip(np.asarray(theta, dtype=np.float64), 0.0, TWO_PI)
         j = np.clip(np.searchsorted(xp, theta, side="right"), 1, xp.size - 1)
@@ -262,6 +311,8 @@ def spherical_mixture_samples(seed, n: int) -> np.ndarray:
 
 
 __all__ = [
+    "ATOM_TOLERANCE",
+    "AngleCDF",
     "quadrature_cdf",
     "EmpiricalAngleLaw",
     "QuantileLaw",

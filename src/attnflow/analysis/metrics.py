@@ -508,29 +508,61 @@ def series(
 # --------------------------------------------------------------------------- distances to a target
 
 
-def circular_ks(angles: Any, target_cdf: Callable[[np.ndarray], Any]) -> float:
+def circular_ks(
+    angles: Any, target_cdf: Callable[[np.ndarray], Any], *, tolerance: float | None = None
+) -> float:
     """Kolmogorov–Smirnov distance ``sup_θ |F_n(θ) − F(θ)|`` on ``[0, 2π)`` with the origin at 0.
 
     ``angles`` (radians, any real values) are reduced mod 2π; ``F_n`` is their empirical CDF and
-    ``F = target_cdf`` the target CDF on ``[0, 2π)`` (a vectorised callable, continuous and
-    non-decreasing from ``F(0) = 0`` to ``F(2π) = 1``). The origin is fixed at 0, not minimised
-    over, so pass angles already relative to the base point. The supremum is attained
-    on either side of a jump of ``F_n``, so it is evaluated exactly there:
-    ``D = max_k max(k/n − F(θ_(k)), F(θ_(k)) − (k−1)/n)``. For the midpoint angles
-    ``2π(i + ½)/n`` against the uniform law, ``D = 1/(2n)``. NumPy edge.
+    ``F = target_cdf`` the target CDF on ``[0, 2π)`` (a vectorised callable, non-decreasing and
+    right-continuous, ``F(0) >= 0`` the mass at 0, ``F(2π) = 1``). The origin is fixed at 0, not minimised
+    over, so pass angles already relative to the base point.
+
+    ``tolerance = 0`` (a continuous ``F``): the supremum is attained on either side of a jump of
+    ``F_n``, so it is evaluated exactly there: ``D = max_k max(k/n − F(θ_(k)), F(θ_(k)) − (k−1)/n)``.
+    For the midpoint angles ``2π(i + ½)/n`` against the uniform law, ``D = 1/(2n)``.
+
+    ``tolerance = δ > 0`` (an ``F`` with atoms): the KS distance is not continuous in the angles at
+    an atom (an angle an ulp below it counts against the whole jump), so the angles are read to
+    the resolution ``δ``: reduced to ``[−δ, 2π − δ)`` (an angle within ``δ`` below 2π is one at 0)
+    and ``D_δ = max_k max(k/n − F(θ_(k) + δ), F(θ_(k) − δ) − (k−1)/n)`` (``F = 0`` below 0). If every
+    angle is within ``δ' < δ`` (circularly) of angles ``α_i`` in ``[0, 2π − 2δ)``, then ``D_δ`` is at
+    most the exact KS distance of the ``α`` (with the left limits of ``F`` at its jumps), e.g.
+    ``1/(2n)`` for the midpoint quantiles of the law, ties included; and ``D_δ <= D``, by at most
+    the rise of ``F`` over ``δ`` where ``F`` is continuous (angles ``0.1`` off still measure so).
+
+    ``tolerance=None`` takes ``target_cdf.ks_tolerance`` when the callable has one (the CDF of a
+    law with atoms, :class:`attnflow.analysis.laws.AngleCDF`), else 0. NumPy edge.
     """
-    theta = np.sort(np.mod(_series_np(angles, "circular_ks", "angles"), 2.0 * np.pi))
-    n = theta.size
+    raw = _series_np(angles, "circular_ks", "angles")
+    n = raw.size
     if n == 0:
         raise ValueError("circular_ks: `angles` must hold at least one angle; got an empty array.")
-    f = np.asarray(target_cdf(theta), dtype=np.float64)
-    if f.shape != theta.shape:
-        raise ValueError(
-            f"circular_ks: `target_cdf` must map an (n,) array of angles to (n,) values; "
-            f"got shape {f.shape!r} for n = {n}."
-        )
+    delta = float(getattr(target_cdf, "ks_tolerance", 0.0) if tolerance is None else tolerance)
+    if not 0.0 <= delta < np.pi:
+        raise ValueError(f"circular_ks: `tolerance` must be in [0, π) radians; got {delta!r}.")
+
+    def cdf(theta: np.ndarray) -> np.ndarray:
+        f = np.asarray(target_cdf(theta), dtype=np.float64)
+        if f.shape != theta.shape:
+            raise ValueError(
+                f"circular_ks: `target_cdf` must map an (n,) array of angles to (n,) values; "
+                f"got shape {f.shape!r} for n = {n}."
+            )
+        return f
+
     k = np.arange(1, n + 1)
-    return float(np.max(np.maximum(k / n - f, f - (k - 1) / n)))
+    if delta == 0.0:
+        theta = np.sort(np.mod(raw, 2.0 * np.pi))
+        f = cdf(theta)
+        return float(np.max(np.maximum(k / n - f, f - (k - 1) / n)))
+    reduced = np.mod(raw + delta, 2.0 * np.pi)
+    reduced[reduced >= 2.0 * np.pi] = 0.0  # np.mod(−tiny, 2π) rounds to 2π
+    theta = np.sort(reduced - delta)
+    above = cdf(theta + delta)
+    below_at = theta - delta
+    below = np.where(below_at < 0.0, 0.0, cdf(np.maximum(below_at, 0.0)))
+    return float(np.max(np.maximum(k / n - above, below - (k - 1) / n)))
 
 
 def _geodesic_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
