@@ -282,3 +282,26 @@ def test_float32_rope_angles_are_reduced_in_float64_so_the_field_stays_within_1e
         return np.asarray(v, np.float64)
 
     assert np.max(np.abs(field(jnp.float32) - field(jnp.float64))) < 5e-8
+
+
+def test_a_gauge_rotates_a_state_in_the_state_s_dtype():
+    # a float32 state with a float64 gauge: the rotation in float32 (it promoted the state to float64,
+    # and a fixed-step solve then failed on its loop's carry type)
+    import attnflow
+    from attnflow.core import factors
+
+    n, d = 16, 4
+    x32 = sample_uniform(0, n, d, dtype=jnp.float32)
+    rope = gauges.make_rope(range(n), d, gauges.rope_frequencies(d, kind="full_period", n=n))
+    dense = gauges.DenseGauge(q=rope.matrices())
+    for gauge in (rope, dense):
+        for turn in (gauge.apply, gauge.apply_transpose):
+            assert turn(x32).dtype == jnp.float32
+            np.testing.assert_allclose(turn(x32), turn(x32.astype(jnp.float64)), rtol=0, atol=1e-6)
+        x64 = sample_uniform(0, n, d)
+        assert gauge.apply(x64).dtype == jnp.float64
+    field = attnflow.make_vector_field(
+        attnflow.Kernel(rope, factors.NoFactor(n), attnflow.make_profile("exp", beta=1.0))
+    )
+    traj = attnflow.solve(field, x32, integrator=attnflow.RK4(), dt=0.05, t_end=0.5, save_every=0.5)
+    assert traj.status == "ok" and traj.xs.dtype == np.float32

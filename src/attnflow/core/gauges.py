@@ -76,8 +76,8 @@ class RoPE:
         return self.angles.shape[0]
 
     def _rotate(self, x: jax.Array, sign: float) -> jax.Array:
-        m = self.angles.shape[1]
-        cos, sin = jnp.cos(self.angles), sign * jnp.sin(self.angles)
+        m = self.angles.shape[1]  # the rotation in the state's dtype (a float32 state: cos rounded)
+        cos, sin = jnp.cos(self.angles).astype(x.dtype), (sign * jnp.sin(self.angles)).astype(x.dtype)
         if self.layout == "half":
             a, b = x[:, :m], x[:, m : 2 * m]
             return jnp.concatenate([cos * a - sin * b, sin * a + cos * b, x[:, 2 * m :]], axis=1)
@@ -126,11 +126,11 @@ class DenseGauge:
     def d(self) -> int:
         return self.q.shape[1]
 
-    def apply(self, x: jax.Array) -> jax.Array:
-        return jnp.einsum("nij,nj->ni", self.q, x)
+    def apply(self, x: jax.Array) -> jax.Array:  # in the state's dtype, as RoPE
+        return jnp.einsum("nij,nj->ni", self.q.astype(x.dtype), x)
 
     def apply_transpose(self, u: jax.Array) -> jax.Array:
-        return jnp.einsum("nji,nj->ni", self.q, u)
+        return jnp.einsum("nji,nj->ni", self.q.astype(u.dtype), u)
 
     def matrices(self) -> jax.Array:
         return self.q
