@@ -647,3 +647,20 @@ def test_a_key_s_meaning_is_not_rendered_as_its_constraint(data, message):
     with pytest.raises(ConfigError) as caught:
         config_from_dict(data)
     assert str(caught.value) == f"config: {message}"
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value"),
+    [
+        ("model", "beta", float("nan")),
+        ("gauge", "frequencies", [float("inf")]),
+        ("init", "center", [float("nan"), 0.0, 1.0]),
+    ],
+)
+def test_a_non_finite_value_is_named_as_such(section, key, value):
+    # also under a union of choices (gauge.frequencies: 'roformer', 'full_period' or numbers)
+    data = {section: {key: value}} | ({"gauge": {"kind": "rope", key: value}} if section == "gauge" else {})
+    with pytest.raises(
+        ConfigError, match=rf"`{section}\.{key}` must be .*\. Infinite and NaN values are not allowed\.$"
+    ):
+        config_from_dict(data)

@@ -71,8 +71,8 @@ def _from_validation_error(exc: ValidationError, data: Any, where: str) -> Confi
     field = SECTIONS[section].model_fields[name]
     constraint = str(cause) if isinstance(cause, ValueError) else _constraint(field)
     hints = [_did_you_mean(error["input"], _choices(field.annotation))]
-    if error["type"] == "finite_number":
-        hints.append("Infinite and NaN values are not allowed.")
+    if any(e["type"] == "finite_number" and e["loc"][:2] == loc[:2] for e in exc.errors()):  # in any branch
+        hints.append("Infinite and NaN values are not allowed.")  # of a union ('full_period' or numbers)
     return ConfigError.from_parts(
         f"{section}.{name}",
         constraint,
