@@ -623,3 +623,21 @@ def test_a_realize_seed_out_of_range_names_the_range_and_the_value(seed):
     result = invoke("realize", "--seed", seed, "--kind", "orbit", "--target", "x.npy")
     assert result.exit_code == 2
     assert f"'--seed': must be an integer in [0, 9223372036854775807]; got {seed}." in result.stderr
+
+
+def test_an_error_found_while_building_names_the_file_or_set(tmp_path):
+    np.save(tmp_path / "x0.npy", np.ones((5, 3)))  # 5 tokens for a model of 8
+    config = tmp_path / "c.toml"
+    config.write_text(
+        small_toml({"model": {"n": 8}, "init": {"kind": "file", "path": str(tmp_path / "x0.npy")}})
+    )
+    reason = f"`init.path` must be an array of shape (8, 3); got '{tmp_path / 'x0.npy'} with shape (5, 3)'."
+    result = invoke("run", str(config), "--out", str(tmp_path / "a"))
+    assert (result.exit_code, result.stderr) == (2, f"error: {config}: {reason}\n")  # was 'config:'
+    result = invoke("run", str(config), "--out", str(tmp_path / "b"), "--set", "model.n=8")
+    assert (result.exit_code, result.stderr) == (2, f"error: {config}: {reason}\n")  # init.path: the file's
+    config.write_text(small_toml({"model": {"n": 8}}))
+    given = ["--set", 'init.kind="file"', "--set", f'init.path="{tmp_path / "x0.npy"}"']
+    result = invoke("run", str(config), "--out", str(tmp_path / "c"), *given)
+    assert (result.exit_code, result.stderr) == (2, f"error: --set: {reason}\n")
+    assert not any((tmp_path / name).exists() for name in "abc")

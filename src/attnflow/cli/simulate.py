@@ -78,7 +78,8 @@ def run(
         use_cpu_cores()  # large n: the tile lanes run on every core (results do not depend on it)
     else:  # the density instead of particles
         from attnflow.workflows.density_run import run_density as execute
-    metrics = _executed(execute, cfg, config, out, resume=resume, overwrite=overwrite)
+    overridden = {item.partition("=")[0].strip() for item in set_}  # the keys --set gave
+    metrics = _executed(execute, cfg, config, out, resume=resume, overwrite=overwrite, overridden=overridden)
     info = metrics["run"]
     if cfg.density is None:
         rows = {k: metrics.get(k) for k in SUMMARY_KEYS}
@@ -109,10 +110,14 @@ def run(
     exit_unless_ok(info["status"], out)
 
 
-def _executed(execute, cfg, config: Path, out: Path, *, resume: bool, overwrite: bool) -> dict:
+def _executed(
+    execute, cfg, config: Path, out: Path, *, resume: bool, overwrite: bool, overridden: set[str]
+) -> dict:
     """``execute`` (a particle or a density run) into ``out`` under the command line's policies:
-    the compilation cache, Ctrl-C, progress, a disk that fails once the run started (exit 3).
+    the compilation cache, Ctrl-C, progress, a disk that fails once the run started (exit 3), a
+    config error found while building (a file of the wrong shape) named for the file or --set.
     Returns the run's metrics."""
+    from attnflow.io.config import ConfigError
     from attnflow.numerics.program_cache import enable_persistent_cache
 
     with user_errors():  # a cache folder another user could write: one line, exit 2
@@ -122,7 +127,12 @@ def _executed(execute, cfg, config: Path, out: Path, *, resume: bool, overwrite:
     try:
         with user_errors(), progress_report("run", "building", "snapshots") as report:
             progress = interrupts.checked(snapshot_stages(report))
-            result = execute(cfg, out, progress=progress, resume=resume, overwrite=overwrite)
+            try:
+                result = execute(cfg, out, progress=progress, resume=resume, overwrite=overwrite)
+            except ConfigError as error:
+                if error.where != "config":  # already named
+                    raise
+                raise error.at("--set" if error.key in overridden else str(config)) from None
     except OSError as error:  # the disk failed the run once started; any other OSError is a bug
         if not disk_failure(error, out):
             raise
