@@ -228,9 +228,9 @@ def _refuse_other_layer_norms(overrides: dict) -> None:
 def simulation_configs(jobs: list, overrides: list[str]) -> list:
     """The configs of the simulations among ``jobs``; a bad value given by ``--set`` is refused
     naming ``--set``, not the experiment's file (as ``attnflow run`` does)."""
-    from attnflow.io.config_errors import ConfigError
+    from attnflow.io.config import ConfigError, override_keys
 
-    given = {override.partition("=")[0].strip() for override in overrides}
+    given = override_keys(overrides)
     try:
         return [job.simulation_config() for job in jobs if job.experiment.kind == "simulate"]
     except ConfigError as error:

@@ -190,7 +190,7 @@ def landscape(
 ) -> None:
     """Find the stationary states of the energy (Newton), their Morse index (Lanczos), branches."""
     with user_errors():  # the inputs first, before JAX is imported
-        from attnflow.io.config import load_config
+        from attnflow.io.config import load_config, override_keys
 
         continuation_text(continue_)
         cfg = load_config(config, set_)
@@ -198,8 +198,7 @@ def landscape(
     from attnflow.workflows.landscape import check_gradient_flow, parse_continuation, run_landscape
 
     with user_errors():
-        overridden = {item.partition("=")[0].strip() for item in set_}  # as load_config names them
-        check_gradient_flow(cfg, where=str(config), overridden=overridden)
+        check_gradient_flow(cfg, where=str(config), overridden=override_keys(set_))
         continuation = None if continue_ is None else parse_continuation(continue_)
         with disk_failures(out), progress_report("landscape", "solving", "starts") as report:
             result = run_landscape(

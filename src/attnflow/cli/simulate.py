@@ -62,7 +62,7 @@ def run(
     """Run one simulation and write its run folder."""
     with user_errors():  # the inputs first, before JAX is imported: a refusal costs no start-up
         check_cache_folder()
-        from attnflow.io.config import config_hash, load_config
+        from attnflow.io.config import config_hash, load_config, override_keys
 
         cfg = load_config(config, set_)
         if out is None:
@@ -78,8 +78,9 @@ def run(
         use_cpu_cores()  # large n: the tile lanes run on every core (results do not depend on it)
     else:  # the density instead of particles
         from attnflow.workflows.density_run import run_density as execute
-    overridden = {item.partition("=")[0].strip() for item in set_}  # the keys --set gave
-    metrics = _executed(execute, cfg, config, out, resume=resume, overwrite=overwrite, overridden=overridden)
+    metrics = _executed(
+        execute, cfg, config, out, resume=resume, overwrite=overwrite, overridden=override_keys(set_)
+    )
     info = metrics["run"]
     if cfg.density is None:
         rows = {k: metrics.get(k) for k in SUMMARY_KEYS}

@@ -21,7 +21,14 @@ Typical use::
 """
 
 from attnflow.io.config_errors import ConfigError
-from attnflow.io.config_load import apply_overrides, config_from_dict, config_hash, load_config, resolved_dict
+from attnflow.io.config_load import (
+    apply_overrides,
+    config_from_dict,
+    config_hash,
+    load_config,
+    override_keys,
+    resolved_dict,
+)
 from attnflow.io.config_schema import (
     AuxConfig,
     Config,
@@ -45,5 +52,6 @@ __all__ = [
     "config_from_dict",
     "config_hash",
     "load_config",
+    "override_keys",
     "resolved_dict",
 ]

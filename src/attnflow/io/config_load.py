@@ -49,6 +49,7 @@ __all__ = [
     "config_from_dict",
     "config_hash",
     "load_config",
+    "override_keys",
     "resolved_dict",
     "resolved_toml",
 ]
@@ -228,6 +229,11 @@ def _with_implied_labels(data: Mapping[str, Any]) -> Mapping[str, Any]:
     return data
 
 
+def override_keys(overrides: Iterable[str]) -> set[str]:
+    """The dotted keys that ``"section.key=value"`` overrides (``--set``) give."""
+    return {override.partition("=")[0].strip() for override in overrides}
+
+
 def load_config(path: str | PathLike[str], overrides: Iterable[str] = ()) -> Config:
     """Read a TOML config, apply ``"section.key=value"`` overrides, validate.
 
@@ -239,7 +245,7 @@ def load_config(path: str | PathLike[str], overrides: Iterable[str] = ()) -> Con
     file, where, overrides = Path(path), str(path), list(overrides)
     data = _resolve_paths(_read_toml(file), file.parent)
     data = _resolve_paths(apply_overrides(data, overrides), Path.cwd())
-    overridden = {override.partition("=")[0].strip() for override in overrides}
+    overridden = override_keys(overrides)
     try:
         config = config_from_dict(data, where=where)
     except ConfigError as error:  # a value given by --set is --set's error, not the file's
