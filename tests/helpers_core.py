@@ -127,7 +127,8 @@ def make_kernel(gauge, factor, *, kind: str = "exp", beta: float = 1.0, time_sca
 
 
 def uniform(n: int, d: int, seed: int = 0) -> jax.Array:
-    return sphere.sample_uniform(jax.random.key(seed), n, d)
+    """Seeded on the host (NumPy): a JAX key would compile a sampler for every shape."""
+    return sphere.sample_uniform(seed, n, d)
 
 
 def mean_cosine(x) -> float:
