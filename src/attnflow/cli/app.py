@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import signal
 from collections.abc import Iterator
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -20,13 +21,16 @@ SEED_MAX = 2**63 - 1  # seeds are signed 64-bit integers
 SET = "SECTION.KEY=VALUE"  # the metavar of every --set
 EXIT_OK, EXIT_EXPECTATION_FAILED, EXIT_BAD_INPUT, EXIT_UNFINISHED = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
+EXIT_TERMINATED = 143  # SIGTERM (a job's time limit, kill, timeout), as a shell reports it
 EXIT_CODES = {
     EXIT_OK: "done as asked",
     EXIT_EXPECTATION_FAILED: "reproduce: the runs finished but an expectation failed (see the report)",
     EXIT_BAD_INPUT: "bad input: one line on stderr, nothing written",
     EXIT_UNFINISHED: "a run started but did not finish as asked: its folder records the status and why",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C): the folder keeps its snapshots; run --resume continues",
+    EXIT_TERMINATED: "stopped by SIGTERM (a job's time limit, kill, timeout): as 130",
 }
+STOP_CODES = {signal.SIGINT: EXIT_INTERRUPTED, signal.SIGTERM: EXIT_TERMINATED}  # the exit code of each stop
 
 # click's usage error (typer vendors click in recent versions: found by name, not by module)
 _UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
@@ -78,18 +82,19 @@ class Group(_Readable, TyperGroup):
 
 
 class Command(_Readable, TyperCommand):
-    """A command: Ctrl-C while it runs is one line and exit code 130 (:mod:`attnflow.cli.interrupts`)."""
+    """A command: Ctrl-C while it runs is one line and exit code 130, SIGTERM the same with exit code
+    143 (:mod:`attnflow.cli.interrupts`)."""
 
     def invoke(self, ctx):
-        # Ctrl-C from here: one policy for every command (cli.interrupts). Not earlier: until the
-        # command's own arguments are parsed, the entry's policy holds (a KeyboardInterrupt
+        # Ctrl-C and SIGTERM from here: one policy for every command (cli.interrupts). Not earlier:
+        # until the command's own arguments are parsed, the entry's policy holds (a KeyboardInterrupt
         # raised while click parses them would end the command line with no line at all)
         interrupts.install()
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt as stop:
             say(interrupts.stop_line(stop, ctx.info_name))
-            raise typer.Exit(code=EXIT_INTERRUPTED) from None
+            raise typer.Exit(code=STOP_CODES[interrupts.stopped_by()]) from None
 
 
 class ConfigCommand(Command):

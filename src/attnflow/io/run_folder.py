@@ -22,13 +22,14 @@ the rules are the same for all:
 - :func:`in_use`: whether a live process holds a folder (a sweep removes only staging folders
   whose writer is gone).
 
-Interrupts. The command line has one Ctrl-C policy (:mod:`attnflow.cli.interrupts`): a
-KeyboardInterrupt raised where it lands. What a folder needs is covered by the order of its
-writes, not by deferring the signal: every file is written whole or not at all
-(:mod:`attnflow.io.atomic`), a store's snapshot counts once its time is written after its state
-(:mod:`attnflow.io.store`), a reproduce record's JSON is written after its arrays, a run's
-status last (after its figures: :func:`status_last`), and the lock dies with the process. So an
-interrupt at any moment leaves a folder that :func:`claimed` with ``resume`` continues.
+Interrupts. The command line has one policy for Ctrl-C and SIGTERM
+(:mod:`attnflow.cli.interrupts`): a KeyboardInterrupt raised where it lands. What a folder needs
+is covered by the order of its writes, not by deferring the signal: every file is written whole
+or not at all (:mod:`attnflow.io.atomic`), a store's snapshot counts once its time is written
+after its state (:mod:`attnflow.io.store`), a reproduce record's JSON is written after its
+arrays, a run's status last (after its figures: :func:`status_last`), and the lock dies with the
+process. So an interrupt at any moment leaves a folder that :func:`claimed` with ``resume``
+continues.
 """
 
 from __future__ import annotations

@@ -16,9 +16,13 @@ place before the child imports NumPy or starts XLA) and ``POOL_ENVIRON`` (CPU on
 and multiprocessing gives it this process's ``sys.path``, so a stray ``numpy.py`` or ``attnflow/``
 in the working directory is never imported by a worker). A worker dies with its parent
 (``die_with_parent``: Linux's parent-death signal), so a killed run leaves no worker behind.
-Workers never see Ctrl-C: they are spawned with SIGINT blocked (a signal mask survives the
-start of a process), so the SIGINT a terminal sends to its whole process group reaches only the
-parent, which stops the batch; no worker dies half-started printing a traceback.
+Workers never see Ctrl-C or SIGTERM: they are spawned with both blocked (a signal mask survives
+the start of a process), so the SIGINT a terminal sends to its whole process group, and the
+SIGTERM that SLURM may send each process of a job in turn at its time limit (``timeout``: to its
+process group), reach only the parent, which stops the batch and kills its workers (SIGKILL: they
+block SIGTERM); no worker dies half-started printing a traceback, and none dies before the parent
+has stopped, which would turn its clean stop into a dead worker's error (CPython's multiprocessing
+resource tracker, a child too, ignores both signals likewise).
 
 ``ATTNFLOW_CORES`` caps the cores a process uses (``available_cores``); the workers run with
 ``ATTNFLOW_CORES=1``, so that none starts workers of its own.
@@ -99,28 +103,30 @@ def _borrowed_environ(environ: dict[str, str]) -> Iterator[None]:
                     os.environ[key] = value
 
 
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}  # what a worker never sees (the module doc says why)
+
+
 @contextlib.contextmanager
-def _sigint_blocked() -> Iterator[None]:
-    """SIGINT blocked in this thread (a SIGINT that arrives meanwhile is delivered after, not
-    lost); processes started here inherit the mask and keep SIGINT blocked."""
+def _stop_signals_blocked() -> Iterator[None]:
+    """SIGINT and SIGTERM blocked in this thread (one that arrives meanwhile is delivered after,
+    not lost); processes started here inherit the mask and keep both blocked."""
     if not hasattr(signal, "pthread_sigmask"):  # not POSIX
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
-# The wait for the tasks wakes this often. A SIGINT is handled by Python in the main thread only,
+# The wait for the tasks wakes this often. A signal is handled by Python in the main thread only,
 # but the kernel may deliver it to another thread of this process (the pool's threads); the main
 # thread, asleep in a wait without a deadline, then saw it only when a task finished (a Ctrl-C
 # ignored for the 60 s of the test's tasks, twice in clean-clone test runs). Woken, it raises the
 # KeyboardInterrupt at once.
 POLL_S = 0.2
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
-_TERMINATE_WAIT_S = 5.0  # how long a worker may take to exit on SIGTERM before it is killed
 
 
 def die_with_parent(parent: int) -> None:
@@ -139,7 +145,7 @@ def run_tasks(fn: Callable[..., Any], tasks: Sequence[tuple], *, workers: int) -
     order); yields ``(index, result)`` as each finishes. Tasks start in the order given; an
     exception in a task (or ``BrokenProcessPool`` for a worker that died) is raised here when its
     result is reached. Whenever the tasks do not all finish (an exception, a dead worker, the
-    caller closing this generator), every other worker is terminated and waited for at once."""
+    caller closing this generator), every other worker is killed and waited for at once."""
     if workers <= 1 or len(tasks) <= 1:
         for index, task in enumerate(tasks):
             yield index, fn(*task)
@@ -151,7 +157,7 @@ def run_tasks(fn: Callable[..., Any], tasks: Sequence[tuple], *, workers: int) -
     finished = False
     try:
         # a spawn pool starts its processes as tasks are submitted: all of them start here
-        with _borrowed_environ({**single_thread_environ(), **POOL_ENVIRON}), _sigint_blocked():
+        with _borrowed_environ({**single_thread_environ(), **POOL_ENVIRON}), _stop_signals_blocked():
             futures = {pool.submit(fn, *task): index for index, task in enumerate(tasks)}
         pending = set(futures)
         while pending:  # woken every POLL_S: see POLL_S
@@ -166,13 +172,11 @@ def run_tasks(fn: Callable[..., Any], tasks: Sequence[tuple], *, workers: int) -
 
 
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
-    """Terminate every worker of ``pool`` and wait for each (none left running, none a zombie):
-    a pool shut down normally would let the running tasks finish first."""
+    """Kill every worker of ``pool`` and wait for each (none left running, none a zombie): a pool
+    shut down normally would let the running tasks finish first. SIGKILL: the workers block SIGTERM
+    (the module doc says why), whose default action, which ended them before, is as abrupt."""
     processes = list((getattr(pool, "_processes", None) or {}).values())
     for process in processes:
-        process.terminate()
+        process.kill()
     for process in processes:
-        process.join(timeout=_TERMINATE_WAIT_S)
-        if process.is_alive():  # SIGTERM ignored or blocked: SIGKILL cannot be
-            process.kill()
-            process.join()
+        process.join()

@@ -378,8 +378,9 @@ def run_jobs(jobs: Sequence[Job], tick: Tick, *, workers: int = 1) -> list[JobRe
 
 
 class ReproduceInterrupted(KeyboardInterrupt):
-    """Ctrl-C stopped reproduce: the experiments ``kept`` are recorded in ``out_dir``
-    (``reproduce(..., resume=True)`` runs the others and writes the report)."""
+    """Ctrl-C (or a SIGTERM the command line raised as one) stopped reproduce: the experiments
+    ``kept`` are recorded in ``out_dir`` (``reproduce(..., resume=True)`` runs the others and
+    writes the report)."""
 
     def __init__(self, out_dir: Path, kept: Sequence[str]) -> None:
         super().__init__(f"interrupted: {id_ranges(kept) or 'no experiment'} kept in {str(out_dir)!r}")

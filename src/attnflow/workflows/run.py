@@ -63,8 +63,9 @@ class RunResult:
 
 
 class RunInterrupted(KeyboardInterrupt):
-    """Ctrl-C stopped a run: its store is closed as ``interrupted`` and ``metrics.json`` written;
-    ``kept`` of ``total`` snapshots are in ``out_dir`` (``run(..., resume=True)`` continues)."""
+    """Ctrl-C (or a SIGTERM the command line raised as one) stopped a run: its store is closed as
+    ``interrupted`` and ``metrics.json`` written; ``kept`` of ``total`` snapshots are in
+    ``out_dir`` (``run(..., resume=True)`` continues)."""
 
     def __init__(self, out_dir: Path, kept: int, total: int) -> None:
         super().__init__(f"interrupted: kept {kept} of {total} snapshots in {str(out_dir)!r}")
