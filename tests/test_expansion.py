@@ -65,9 +65,9 @@ def _expansion_field(kernel, *, normalization, causal, value, tolerance):
 def _points(n: int, d: int, *, seed: int, off_sphere: bool):
     """Uniform points, or points at radii in [0.99, STAGE_RADIUS - 1e-3] (Runge–Kutta stage points;
     all pairs within |⟨u_i, u_j⟩| <= SHELL, where the bound holds)."""
-    x = sphere.sample_uniform(jax.random.key(seed), n, d)
+    x = sphere.sample_uniform(seed, n, d)  # drawn on the host: a JAX key compiles a sampler per shape
     if off_sphere:
-        radii = jax.random.uniform(jax.random.key(seed + 1), (n, 1), minval=0.99, maxval=pf.SHELL**0.5 - 1e-3)
+        radii = np.random.default_rng(seed + 1).uniform(0.99, pf.SHELL**0.5 - 1e-3, (n, 1))
         x = x * radii
     return x
 
@@ -209,7 +209,7 @@ def test_the_bound_holds_at_stages_of_radius_1_1(beta, tolerance, normalization)
     n, d = 300, 3
     assert pf.STAGE_RADIUS == 1.1 and pf.SHELL == pytest.approx(1.21, abs=1e-15)
     kernel = Kernel(gauges.IdentityGauge(n=n, d=d), factors.NoFactor(n=n), make_profile("exp", beta=beta))
-    x = pf.STAGE_RADIUS * sphere.sample_uniform(jax.random.key(3), n, d)
+    x = pf.STAGE_RADIUS * sphere.sample_uniform(3, n, d)
     x = x.at[1].set(-x[0]).at[2].set(x[0])  # an antipodal and an equal pair: s = -1.21 and 1.21
     options = dict(normalization=normalization, causal=False, value="gradient")
     exact, approx, beyond = jax.jit(
@@ -373,7 +373,7 @@ def test_a_step_whose_stages_leave_the_radius_ends_the_run_as_nonfinite():
 
     n, d, dt = 64, 3, 2.0
     kernel = Kernel(gauges.IdentityGauge(n=n, d=d), factors.NoFactor(n=n), make_profile("exp", beta=1.0))
-    x0 = sphere.sample_uniform(jax.random.key(5), n, d)
+    x0 = sphere.sample_uniform(5, n, d)
     opts = dict(integrator=integrators.RK4(), dt=dt, t_end=2 * dt, save_every=dt)
     field = dynamics.make_vector_field(kernel)
     exact = solve(field, x0, **opts)

@@ -156,6 +156,13 @@ def test_integrate_adaptive_refuses_what_it_cannot_do(point, kwargs, match):
         integrate_adaptive(_field(beta, angles), x0, t_end=T_END, **kwargs)
 
 
+def test_integrate_adaptive_names_an_x0_of_another_shape(point):
+    beta, _, angles = point
+    match = r"integrate_adaptive: `x0` must have shape \(n, d\) with \(n, d\) = \(10, 3\), the kernel's; got"
+    with pytest.raises(ValueError, match=match):
+        integrate_adaptive(_field(beta, angles), jnp.ones((N, D + 1)), t_end=T_END, stepsize=ADAPTIVE)
+
+
 def test_make_profile_keeps_a_traced_beta_traced():
     def c_of(beta):
         return make_profile("exp", beta=beta, time_scale="rescaled").c

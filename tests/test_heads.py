@@ -308,6 +308,22 @@ def test_head_errors_name_the_parameter():
         HeadsField((head,), make_profile(), normalization="sa")
     with pytest.raises(ValueError, match=r"`sources` must be below n = 8"):
         HeadsField((head,), make_profile(), sources=8)
+    maps = (np.eye(2, 3), np.eye(2, 3), np.eye(2, 3), np.eye(3, 2))
+    with pytest.raises(
+        ValueError, match=r"head: `factor` must be over the gauge's n = 8 tokens; got one over"
+    ):
+        H.make_head(*maps, gauge=gauge, factor=factors.NoFactor(n=9))
+    nine = H.make_head(*maps, gauge=gauges.IdentityGauge(n=9, d=2), factor=factors.NoFactor(n=9))
+    with pytest.raises(ValueError, match=r"every head must be over the same n tokens; got \[8, 9\]"):
+        HeadsField((head, nine), make_profile())
+    field, steps = HeadsField((head,), make_profile()), dict(dt=0.1, t_end=0.1, save_every=0.1)
+    shape = r"solve: `x0` must have shape \(n, d\) with \(n, d\) = \(8, 3\), the heads'; got \(9, 3\)\."
+    with pytest.raises(ValueError, match=shape):
+        solve.solve(field, jnp.ones((9, 3)), integrator=integrators.RK4(), **steps)
+    with pytest.raises(
+        ValueError, match=r"`x0` must hold real floats \(float64, or float32 with float32 heads"
+    ):
+        solve.solve(field, np.ones((8, 3), np.int32), integrator=integrators.RK4(), **steps)
 
 
 @pytest.mark.parametrize("normalization", ["usa", "sa"])

@@ -70,6 +70,17 @@ class Head:
             raise ValueError(
                 f"head: the gauge must act on the head dimension d_h = {d_h}; got d = {self.gauge.d}."
             )
+        tokens = getattr(self.gauge, "n", None), getattr(self.factor, "n", None)
+        if all(isinstance(count, int) for count in tokens) and tokens[0] != tokens[1]:
+            raise ValueError(
+                f"head: `factor` must be over the gauge's n = {tokens[0]} tokens; got one over {tokens[1]}."
+            )
+
+    @property
+    def n(self) -> int | None:
+        """The number of tokens, the gauge's (None for a gauge of any n)."""
+        n = getattr(self.gauge, "n", None)
+        return n if isinstance(n, int) else None
 
     @property
     def head_dim(self) -> int:

@@ -26,7 +26,7 @@ import numpy as np
 
 from attnflow.numerics.dynamics import VectorField
 from attnflow.numerics.integrators import Adaptive
-from attnflow.numerics.steps import AdaptiveSteps, time_dtype
+from attnflow.numerics.steps import AdaptiveSteps, check_particles, time_dtype
 
 __all__ = ["MAX_TRIALS", "integrate_adaptive"]
 
@@ -56,6 +56,7 @@ def integrate_adaptive(
     """
     method = Adaptive() if integrator is None else integrator
     stepsize.check(method, field, noise=0.0, save_every=t_end)
+    check_particles(field, x0, False, where="integrate_adaptive")
     if stepsize.max_steps > MAX_TRIALS:
         raise ValueError(
             f"integrate_adaptive: `stepsize.max_steps` must be at most {MAX_TRIALS} (every trial step "

@@ -62,7 +62,12 @@ class HeadsField:
             raise ValueError(f"attention: `causal` must be one of {MASKS}; got {self.causal!r}.")
         for h, head in enumerate(self.heads):
             check_softmax_factor(head.factor, self.normalization, where="attention", head=h)
-        n = self.heads[0].gauge.n if hasattr(self.heads[0].gauge, "n") else None
+        counts = sorted({head.n for head in self.heads if head.n is not None})
+        if len(counts) > 1:
+            raise ValueError(
+                f"attention: every head must be over the same n tokens; got {[h.n for h in self.heads]}."
+            )
+        n = counts[0] if counts else None
         if isinstance(self.sources, bool) or not isinstance(self.sources, int) or self.sources < 0:
             raise ValueError(f"attention: `sources` must be a non-negative integer; got {self.sources!r}.")
         if n is not None and self.sources >= n:

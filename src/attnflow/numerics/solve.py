@@ -75,6 +75,7 @@ from attnflow.numerics.steps import (
     ConstantSteps,
     PIController,
     StepPolicy,
+    check_particles,
     check_retraction,
     time_dtype,
 )
@@ -225,27 +226,6 @@ def _work_per_evaluation(x0, batched: bool) -> int:
     return sum(leaf.size for leaf in jax.tree.leaves(x0)) // _runs(x0, batched)
 
 
-def _check_particles(field, x0, batched: bool) -> None:
-    """The tokens of an attention field (a layer norm's included): ``x0`` real floats of shape
-    ``(n, d)`` (a batch ``(B, n, d)``) for the kernel's ``n`` tokens in its ``d`` dimensions; a
-    mismatch is one line here instead of a broadcasting error inside JAX, or none at all."""
-    kernel = getattr(field, "kernel", None) or getattr(getattr(field, "layer", None), "kernel", None)
-    if kernel is None or not isinstance(x0, jax.Array | np.ndarray):
-        return
-    n, d = getattr(kernel, "n", None), getattr(kernel.gauge, "d", None)
-    if not (isinstance(n, int) and isinstance(d, int)):
-        return
-    if x0.shape[batched:] != (n, d):
-        shape = "(B, n, d)" if batched else "(n, d)"
-        raise ValueError(
-            f"solve: `x0` must have shape {shape} with (n, d) = ({n}, {d}), the kernel's; got {x0.shape}."
-        )
-    if not jnp.issubdtype(x0.dtype, jnp.floating):
-        raise ValueError(
-            f"solve: `x0` must hold real floats (float64, or float32 with a float32 kernel); got {x0.dtype}."
-        )
-
-
 def _start(problem: Problem, x0, keys: jax.Array, batched: bool) -> Carry:
     if batched:  # one policy state and one status per run
         state = jax.vmap(lambda x: problem.stepsize.init(problem.method, x))(x0)
@@ -323,7 +303,7 @@ def integrate(
     if count is None or count < 1:
         raise ValueError(f"integrate: `steps` must be an integer >= 1; got {steps!r}.")
     check_retraction(integrator, field)
-    _check_particles(field, x0, False)
+    check_particles(field, x0, False, where="integrate")
     span = count * dt
     problem = Problem(field, integrator, ConstantSteps(dt), SaveAt(span, span), noise)
     key = jax.random.key(0) if key is None else key
@@ -513,7 +493,7 @@ def solve_streaming(
     problem = Problem(field, integrator, stepsize, saveat, noise, check)
     key = jax.random.key(0) if key is None else key
     batched = _is_batch(x0, batch)
-    _check_particles(field, x0, batched)
+    check_particles(field, x0, batched, where="solve")
     keys = jax.random.split(key, _runs(x0, batched)) if batched else key
     count = _processes(problem, x0, workers) if batched else 1
     if count == 1:

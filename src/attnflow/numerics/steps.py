@@ -79,6 +79,33 @@ def check_retraction(method, field) -> None:
     )
 
 
+def check_particles(field, x0, batched: bool, *, where: str) -> None:
+    """The tokens of an attention field (a kernel's or heads', a layer norm's included): ``x0`` real
+    floats of shape ``(n, d)`` (a batch ``(B, n, d)``) for the field's ``n`` tokens in its ``d``
+    dimensions; a mismatch is one line here instead of a broadcasting error inside JAX, or none at all."""
+    layer = getattr(field, "layer", field)
+    kernel, heads = getattr(layer, "kernel", None), getattr(layer, "heads", None)
+    if kernel is not None:
+        n, d = getattr(kernel, "n", None), getattr(kernel.gauge, "d", None)
+        owner, float32 = "the kernel's", "a float32 kernel"
+    elif heads:
+        n, d = getattr(heads[0], "n", None), getattr(heads[0], "d", None)
+        owner, float32 = "the heads'", "float32 heads"
+    else:
+        return
+    if not (isinstance(n, int) and isinstance(d, int) and isinstance(x0, jax.Array | np.ndarray)):
+        return
+    if x0.shape[batched:] != (n, d):
+        shape = "(B, n, d)" if batched else "(n, d)"
+        raise ValueError(
+            f"{where}: `x0` must have shape {shape} with (n, d) = ({n}, {d}), {owner}; got {x0.shape}."
+        )
+    if not jnp.issubdtype(x0.dtype, jnp.floating):
+        raise ValueError(
+            f"{where}: `x0` must hold real floats (float64, or float32 with {float32}); got {x0.dtype}."
+        )
+
+
 def make_step(method, field, noise: float):
     """``step(x, key, h) -> (x, key)``: one step of ``method``, with the field's key (a stochastic
     field draws from a fresh key each step, shared by its stages) and the noise increment
