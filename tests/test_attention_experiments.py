@@ -85,6 +85,7 @@ def test_the_attention_experiments_are_packaged():
     assert ids.index("E13") > ids.index("E9")  # after the paper's, in the report's order
 
 
+@pytest.mark.slow
 def test_every_attention_experiment_passes_with_the_real_layer(honest):
     results, rows = honest
     assert all(r.status == "ok" for r in results), [(r.label, r.status, r.reason) for r in results]
@@ -93,6 +94,7 @@ def test_every_attention_experiment_passes_with_the_real_layer(honest):
     assert not [row for row, r in zip(failing, rows, strict=True) if r["status"] != "PASS"]
 
 
+@pytest.mark.slow
 def test_the_layers_are_measured_with_their_own_energy_and_flag(honest):
     """The heads' energy (not the identity kernel's) and the field's gradient_flow reach the rows."""
     results, _ = honest
@@ -107,6 +109,7 @@ def test_the_layers_are_measured_with_their_own_energy_and_flag(honest):
     assert causal["final"]["gradient_flow"] is False and set(LAYER_METRICS) <= set(causal["final"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("mutant", "experiment", "variants", "claim"),
     [

@@ -31,6 +31,7 @@ def _field(n: int):
     return dynamics.make_vector_field(kernel, normalization="sa")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method, noise", [("rk4", 0.1), ("adaptive", 0.0)])
 def test_batch_in_processes_equals_single_runs_and_the_batch_here(method, noise):
     n, seeds = 12, 3  # 3 runs in 2 processes: shares of 2 and 1
@@ -69,6 +70,7 @@ def _fail(x):
     raise ArithmeticError(f"task {x} failed")
 
 
+@pytest.mark.slow
 def test_run_tasks_yields_every_result_and_raises_a_tasks_error():
     tasks = [(np.arange(3.0), s) for s in range(4)]
     results = dict(batch.run_tasks(_scaled, tasks, workers=2))
@@ -148,6 +150,7 @@ _PLANTED_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_workers_are_single_threaded_and_never_import_from_the_working_directory(tmp_path):
     """A ``numpy.py`` and an ``attnflow/`` planted in the working directory would raise on import."""
     planted = tmp_path / "cwd"
@@ -224,6 +227,7 @@ def _kill_a_worker_later(seen: list[set[int]]) -> None:
     threading.Thread(target=kill, daemon=True).start()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("fault", ["a task fails", "a worker is killed", "the caller stops early"])
 def test_a_fault_terminates_and_reaps_every_sibling_worker(fault):
@@ -333,6 +337,7 @@ _SIGINT_ELSEWHERE = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_ctrl_c_taken_by_another_thread_stops_the_batch_at_once(tmp_path):
     """The kernel may hand a process's SIGINT to any thread that does not block it; Python handles
     it in the main thread, which waits for the tasks: it wakes every POLL_S and raises it then (it

@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_layer_benchmark_quick_runs_agree_and_render(tmp_path):
     out = tmp_path / "layer.json"
     subprocess.run([sys.executable, str(ROOT / "benchmarks" / "layer.py"), "--quick", "--out", str(out)],

@@ -91,6 +91,7 @@ def test_blocked_reference_equals_the_naive_one(path, block):
     )
 
 
+@pytest.mark.slow
 def test_gpu_script_runs_on_the_cpu_and_records_both_paths(tmp_path):
     """``benchmarks/gpu.py`` is meant for a GPU machine; the same code on the CPU at a small n keeps it
     working: both paths timed, their steps agree to the tolerance's order."""

@@ -180,6 +180,7 @@ def test_non_empty_out_folder_is_refused(config_file, tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
 
 
+@pytest.mark.slow
 def test_sigkilled_run_leaves_a_readable_trajectory(tmp_path):
     config = tmp_path / "long.toml"
     config.write_text(small_toml({"solver": {"t_end": 5000.0, "dt": 0.01}}))
@@ -280,6 +281,7 @@ def test_a_run_that_goes_non_finite_exits_3_and_keeps_its_folder(tmp_path):
     assert read_trajectory(out / "trajectory.zarr").xs.shape[0] >= 1
 
 
+@pytest.mark.slow
 def test_the_program_prints_a_warning_as_one_line(tmp_path):
     config = tmp_path / "overflow.toml"
     config.write_text(SMALL)

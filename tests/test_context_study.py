@@ -83,6 +83,7 @@ def test_the_config_builds_the_head_with_the_scalings_frequencies(values, scalin
     np.testing.assert_array_equal(np.asarray(head.gauge.angles)[1], cs.frequencies(scaling))
 
 
+@pytest.mark.slow
 def test_the_two_scalings_differ_and_rotated_values_keep_the_gauge_frame():
     """n = 256 to t = 6 (the gauge frame collapses at t = 3.9, the content of plain values at 4.4).
     Rotated values: the gauge frame follows the ungauged flow, so both scalings give one u(t), and
@@ -112,6 +113,7 @@ def test_the_two_scalings_differ_and_rotated_values_keep_the_gauge_frame():
     assert abs(plain_none.orbit_residual[-1] - plain_scaled.orbit_residual[-1]) > 1e-3  # measured 2.1e-3
 
 
+@pytest.mark.slow
 def test_the_command_writes_its_table_json_figure_and_keeps_its_runs(tmp_path, capsys):
     argv = ["--out", str(tmp_path), "--sizes", "32", "64", "--seeds", "0", "--t-end", "5"]
     cs.main(argv)

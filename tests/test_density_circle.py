@@ -96,6 +96,7 @@ SETTINGS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(SETTINGS))
 def test_velocity_is_the_particle_field_at_the_quadrature_nodes(name):
     kind, time_scale, normalization, gauge_kind, factor_kind = SETTINGS[name]
@@ -129,6 +130,7 @@ def test_velocity_is_the_particle_field_at_the_quadrature_nodes(name):
     assert np.max(np.abs(v - v_particles)) <= 1e-13 * np.max(np.abs(v))
 
 
+@pytest.mark.slow
 def test_energy_is_the_particle_energy_at_the_quadrature_nodes():
     grid, count = 48, 3
     labels = dc.position_labels(count)
@@ -254,6 +256,7 @@ def test_growth_rate_with_labels_is_the_top_eigenvalue_of_w_rho():
 # --- conservation and the energy ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_mass_per_label_and_energy_along_a_nonlinear_run():
     grid, count = 128, 6
     labels = dc.position_labels(count)
@@ -483,6 +486,7 @@ def test_resolution_of_a_dirac_like_law_is_flagged():
     assert negative == 0.0
 
 
+@pytest.mark.slow
 def test_stable_dt_is_stable_and_tenfold_is_not():
     grid = 128
     field = dc.make_circle_field(make_profile("exp", beta=3.0), grid=grid, labels=dc.position_labels(1))

@@ -55,6 +55,7 @@ def _particles(tmp_path, n: int, f0: np.ndarray) -> tuple:
     )
 
 
+@pytest.mark.slow
 def test_particles_against_the_density_run_shrink_with_n_and_other_models_are_refused(tmp_path):
     np.save(tmp_path / "labels.npy", NODES)
     f0 = _bumps()

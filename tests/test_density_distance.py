@@ -108,6 +108,7 @@ def particle_runs(monkeypatch):
     return _RUNS
 
 
+@pytest.mark.slow
 def test_particles_approach_the_density_like_n_to_the_minus_half(particle_runs):
     """RoPE (``α = 2πξ``) with the Toeplitz cosine on 3 label nodes, β = 1, τ = 2: the particle law
     (iid initial angles from each label's slice, attnflow's RK4) against the density, W1 per label

@@ -161,6 +161,7 @@ def test_resume_is_bitwise_the_uninterrupted_run(tmp_path):
     assert series[0] == series[1]
 
 
+@pytest.mark.slow
 def test_an_adaptive_run_meets_the_fixed_step_run_and_is_not_resumed(tmp_path):
     np.save(tmp_path / "f0.npy", _f0(3))
     for name, method in (("fixed", "rk4"), ("adaptive", "adaptive")):
@@ -200,6 +201,7 @@ def test_resume_refuses_another_config(tmp_path):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_the_sphere_run_folder_and_its_resume(tmp_path):
     """Prompt gauges (seed 0: a reflection and a rotation): the solver's slices are in the gauge
     frame, the stored ``f`` in the content frame (turned back by Wigner matrices)."""
@@ -250,6 +252,7 @@ def test_the_sphere_run_folder_and_its_resume(tmp_path):
     assert np.array_equal(a.arrays["a"], b.arrays["a"]) and np.array_equal(a.arrays["f"], b.arrays["f"])
 
 
+@pytest.mark.slow
 def test_the_example_runs(tmp_path):
     out = tmp_path / "run"
     result = invoke("run", str(EXAMPLES / "density_circle.toml"), "--out", str(out))
@@ -358,6 +361,7 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, changes, w
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_a_sigkilled_run_keeps_every_completed_snapshot(tmp_path):
     config = _write(tmp_path, _changed(CIRCLE, {"solver": {"t_end": 5000.0, "save_every": 0.05}}), f0=_f0(3))
     out = tmp_path / "run"

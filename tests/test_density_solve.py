@@ -7,6 +7,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from attnflow.core.factors import ToeplitzCos
 from attnflow.core.kernel import make_profile
@@ -38,6 +39,7 @@ def _law(grid: int, phase: float, count: int = 2) -> jnp.ndarray:
     return jnp.asarray(np.stack(rows) / (2 * np.pi))
 
 
+@pytest.mark.slow
 def test_solve_takes_a_density_fixed_adaptive_and_batched():
     field = _field()
     f0 = dc.CircleDensity(_law(GRID, 0.0))
@@ -70,6 +72,7 @@ def test_solve_takes_a_density_fixed_adaptive_and_batched():
     assert np.max(np.abs(adaptive.xs.f[-1] - run.xs.f[-1])) <= 1e-5 * moved
 
 
+@pytest.mark.slow
 def test_solve_takes_a_sphere_density_with_complex_coefficients():
     """S^2 (harmonic coefficients, complex leaves): Dormand-Prince meets RK4 and keeps each mass."""
     field = ds.make_sphere_field(make_profile("exp", beta=1.0), lmax=8, labels=dc.position_labels(2))

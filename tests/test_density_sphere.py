@@ -226,6 +226,7 @@ def test_mass_and_energy_along_a_labelled_run():
     assert np.min(np.diff(energy)) >= -1e-12 * energy[-1]  # Galerkin: dE/dt = Σρ∫f|∇U|² >= 0, RK4 error
 
 
+@pytest.mark.slow
 def test_status_and_safe_dt():
     lmax = 16
     field = ds.make_sphere_field(make_profile("exp", beta=3.0), lmax=lmax, labels=dc.position_labels(1))
@@ -385,6 +386,7 @@ def _sphere_slope(setting, sizes, seeds):
     return np.polyfit(np.log(sizes), np.log(distances), 1)[0], distances
 
 
+@pytest.mark.slow
 def test_particles_approach_the_sphere_density_like_n_to_the_minus_half():
     """E5-like (Toeplitz cosine on 4 label nodes, β = 1, t = 0.5, iid vMF(κ = 2) initial slices):
     the sliced W1 between the particle law and the density falls like ``n^{-1/2}``. The density's

@@ -242,6 +242,7 @@ def test_noise_increment_is_tangent_and_scaled():
     np.testing.assert_allclose(float(jnp.mean(jnp.sum(dx * dx, axis=1))), 0.02, rtol=0.1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("d", [3, 5])
 def test_noise_law_brownian_motion_on_the_sphere(d):
     """Zero field: ``dx = sqrt(2 noise) P_x ∘ dW`` is Brownian motion on the sphere with generator

@@ -187,6 +187,7 @@ def _cases(shapes, tolerances, betas):
 
 # the default run: small shapes and ranks (compilation dominates: each case compiles both paths, ~10 s
 # on a loaded 2-core machine); the slow one: every tolerance and beta
+@pytest.mark.slow
 @settings(max_examples=6, deadline=None, derandomize=True)
 @given(_cases(SHAPES[:3], TOLERANCES[:2], BETAS[:3]))
 def test_field_and_energy_match_the_exact_path(case):
@@ -230,6 +231,7 @@ def test_the_bound_holds_at_stages_of_radius_1_1(beta, tolerance, normalization)
     assert miss > tolerance  # why a radius-aware shell is needed
 
 
+@pytest.mark.slow
 def test_linear_profile_is_exact():
     n, d = 300, 3
     kernel = Kernel(_gauge("dense", n, d), _factor("distance_unsorted", n), make_profile("linear", beta=2.0))
@@ -310,6 +312,7 @@ def _per_monomial(beta, degree, q, k, y):
     return pf.monomial_features(q, degree) @ (moments * jnp.asarray(weights)[:, None])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("d", "beta", "tolerance", "width"), [(2, 1.0, 1e-10, 3), (3, 1.0, 1e-10, 3),
                          (3, 4.0, 1e-10, 4), (3, 9.0, 1e-10, 6), (5, 1.0, 1e-6, 5)])  # fmt: skip
 def test_split_products_equal_the_per_monomial_products(d, beta, tolerance, width):

@@ -67,6 +67,7 @@ def test_expansion_field_matches_the_exact_field_within_the_tolerance(factor, va
     assert error <= 1e-10 * scale  # the requested tolerance, relative to the scale
 
 
+@pytest.mark.slow
 def test_expansion_field_pickles_and_evaluates_the_same():
     kernel = _kernel(64, factor="toeplitz")
     field = dynamics.make_vector_field(kernel, interaction="expansion", tolerance=1e-8)
@@ -76,6 +77,7 @@ def test_expansion_field_pickles_and_evaluates_the_same():
     np.testing.assert_array_equal(np.asarray(copy(x)), np.asarray(field(x)))  # the same computation
 
 
+@pytest.mark.slow
 def test_auto_follows_the_cost_model():
     small, large = _kernel(64), _kernel(16384)
     options = dict(normalization="usa", causal=False, tolerance=1e-8)
@@ -110,6 +112,7 @@ def _invoke(*args: str):
     return CliRunner().invoke(app, list(args))
 
 
+@pytest.mark.slow
 def test_metrics_record_the_path_that_ran_and_its_rank(config_file, tmp_path):
     runs = {}
     for interaction in ("exact", "expansion"):

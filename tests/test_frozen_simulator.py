@@ -41,6 +41,7 @@ def frozen(monkeypatch):
     assert replaced >= 3  # numerics.solve itself, the simulated experiments, the realisations
 
 
+@pytest.mark.slow
 def test_a_frozen_simulator_fails_a_row_of_every_experiment_and_variant(frozen):
     experiments = experiment_files.load_experiments()
     jobs = reproduce.plan(experiments, quick=True)

@@ -57,6 +57,7 @@ MUTATIONS = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutation=MUTATIONS)
 @example(mutation=("aux", "spacing", 1e308))  # positions overflow: refused before the folder is made

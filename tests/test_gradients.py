@@ -76,6 +76,7 @@ def gradients(point):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("solver", list(SOLVES))
 def test_grad_of_the_final_energy_matches_finite_differences(gradients, point, solver):
     beta, x0, angles = point
@@ -97,6 +98,7 @@ def test_grad_of_the_final_energy_matches_finite_differences(gradients, point, s
     assert abs(float(g_beta)) > 1e-4  # the check is not vacuous: beta moves the final energy
 
 
+@pytest.mark.slow
 def test_the_two_solves_give_the_same_sensitivity(gradients, point):
     x0 = point[1]
     (fixed, _), (adaptive, _) = gradients["fixed"], gradients["adaptive"]
@@ -108,6 +110,7 @@ def test_the_two_solves_give_the_same_sensitivity(gradients, point):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-5, atol=1e-8)
 
 
+@pytest.mark.slow
 def test_the_adaptive_integrate_is_the_adaptive_solve(point):
     beta, x0, angles = point
     field = _field(beta, angles)
@@ -128,6 +131,7 @@ class _FrozenSlope(Adaptive):
         return super().fsal_step(field, x, jax.lax.stop_gradient(k1), dt, **options)
 
 
+@pytest.mark.slow
 def test_the_finite_difference_check_catches_a_gradient_that_drops_a_dependence(gradients, point):
     beta, x0, angles = point
     energy = gradients["adaptive"][1]

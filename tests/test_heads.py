@@ -256,6 +256,7 @@ def test_energy_is_non_decreasing_for_a_gradient_head():
 # --- the expansion with unbounded logits --------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("norm", [2.0, 3.0])
 @pytest.mark.parametrize("causal", [False, "strict"])
 def test_expansion_within_its_tolerance_for_large_logits(norm, causal):
@@ -367,6 +368,7 @@ def test_a_layer_of_other_maps_reuses_the_compiled_program():
     assert np.max(np.abs(finals[0] - finals[1])) > 1e-6  # and its own numbers
 
 
+@pytest.mark.slow
 def test_a_layer_by_the_expansion_runs_in_solve_like_the_exact_path():
     """The expansion's degree is chosen from a concrete beta' = beta |W_Q| |W_K| even inside the
     compiled time loop (it was made with a JAX operation, hence traced, and refused there)."""

@@ -42,6 +42,7 @@ def test_help_through_the_console_entry_imports_no_jax(args):
         assert all(f" {command} " in text for command in COMMANDS), text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "code",
     [

@@ -375,6 +375,7 @@ def test_noise_norms_and_reproducibility():
         solve(field, x0, integrator=integrators.Adaptive(), dt=0.01, t_end=0.5, save_every=0.25, noise=0.2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["rk4", "adaptive"])
 def test_batched_equals_single(method):
     n, b = 16, 2

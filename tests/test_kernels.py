@@ -118,6 +118,7 @@ def test_energy_matches_numpy_and_bound(gauge_name):
     np.testing.assert_allclose(float(summation.energy(k, x_star)), bound, rtol=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block_size", [7, 32])
 def test_blocked_equals_dense(block_size):
     n = 32
@@ -230,6 +231,7 @@ def test_float32_run_dtype_is_preserved(factor_name):
     np.testing.assert_allclose(v, dynamics.make_vector_field(k64)(x32.astype(jnp.float64)), rtol=0, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_each_factor_carries_its_tile_dense_mean_and_spectrum():
     """The operations a factor carries agree with its dense matrix: tile = W[I][:, J] (bitwise for a
     table, the same formula otherwise), mean = mean(W), eigenpairs = eigh(W), tabulated = W."""

@@ -189,6 +189,7 @@ def test_lanczos_index_at_n_4096():
     assert spectrum.index == 9 and spectrum.symmetry_dim == 3
 
 
+@pytest.mark.slow
 def test_cli_landscape(tmp_path):
     path = tmp_path / "d3.toml"
     path.write_text(

@@ -72,6 +72,7 @@ _DEVICES_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_lane_devices_are_the_largest_divisor_and_the_sum_does_not_depend_on_them(tmp_path):
     """With 3 CPU devices the lanes run on 2 (the largest divisor of LANES = 8 that fits), with 1 on
     one; the lane sum is bitwise the same (the lanes' layout never depends on the devices)."""

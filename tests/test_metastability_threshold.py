@@ -32,6 +32,7 @@ def test_density_mode_of_a_displaced_grid():
     assert density_mode(np.stack([x, x]), 1).shape == (2,)
 
 
+@pytest.mark.slow
 def test_measured_threshold_matches_the_linear_rates():
     """β = 1, n = 64, 64 noise seeds, κ = (0.8, 0.9, 1.1, 1.25) κ_c: the zero of the fitted line
     λ = a + b/κ within 8% of κ_c = β/I_1(β) (rates to ~±0.02 at n × seeds = 4096: ~4% on κ_c, and

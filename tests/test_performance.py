@@ -136,6 +136,7 @@ def test_parameter_batch_with_integrate_equals_single_runs():
         np.testing.assert_allclose(batch[i], single.xs[-1], rtol=0, atol=1e-13)
 
 
+@pytest.mark.slow
 def test_chunk_compiled_once_per_structure():
     n = 8
     k = make_kernel(GAUGES["identity"](n), factors.NoFactor(n))
@@ -166,6 +167,7 @@ FLOAT32_STATE_BOUND = 2e-5
 FLOAT32_METRIC_BOUND = 1e-5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("setting", ["E0", "E1a"])
 def test_float32_within_documented_bound(setting):
     n, seeds = 64, 2
@@ -347,6 +349,7 @@ def test_float32_row_blocks_equal_dense():
     np.testing.assert_allclose(*energies, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_random_batch_exact_at_p_equals_n_and_error_decreases_with_p():
     n = 64
     g = GAUGES["rope_full_period"](n)
@@ -382,6 +385,7 @@ def test_random_batch_exact_at_p_equals_n_and_error_decreases_with_p():
         random_batch.solve_random_batch(k, x, p=1, key=jax.random.key(0), **opts)
 
 
+@pytest.mark.slow
 def test_random_batch_masks_are_the_exact_fields():
     """At ``p = n`` the random-batch field is the exact field for every mask of ``summation.MASKS``
     (``"strict"`` drops ``j = i``: token 0 sees nothing and stays still); a batch that holds none of
@@ -423,6 +427,7 @@ def test_random_batch_masks_are_the_exact_fields():
         random_batch.solve_random_batch(k, x, p=4, key=jax.random.key(0), causal="anything", **opts)
 
 
+@pytest.mark.slow
 def test_random_batch_field_is_a_stochastic_field_of_solve():
     """``RandomBatchField`` runs through ``solve`` like any field: with one batch of all n tokens it
     is the exact dynamics (round-off only); each run of a batch of stochastic runs is bitwise its
@@ -449,6 +454,7 @@ def test_random_batch_field_is_a_stochastic_field_of_solve():
         solve(whole, x, integrator=integrators.Adaptive(), dt=0.01, t_end=0.2, save_every=0.1)
 
 
+@pytest.mark.slow
 def test_snapshot_groups_give_identical_results():
     n = 16
     k = make_kernel(GAUGES["rope_full_period"](n), FACTORS["distance_bias"](n), beta=1.0)

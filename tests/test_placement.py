@@ -85,6 +85,7 @@ def _placed_runs(out: str) -> None:
     print(json.dumps({"fields": names, "batches": batches}))
 
 
+@pytest.mark.slow
 def test_a_run_on_an_accelerator_with_four_devices_shards_its_tokens_and_equals_the_cpu_run(tmp_path):
     import json
     import os

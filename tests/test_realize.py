@@ -164,6 +164,7 @@ def _quantiles_by_quadrature(law, u: np.ndarray) -> np.ndarray:
     return np.interp(u, cdf / cdf[-1], theta)
 
 
+@pytest.mark.slow
 def test_e7_orbit_realisation_reaches_the_ks_bound():
     n = 256
     result = realize.realize_orbit(E7_LAW, n=n, beta=1.0, t_end=40.0, dt=0.01, seed=0)
@@ -235,6 +236,7 @@ def test_orbit_distance_of_a_continuous_law_is_the_exact_ks_distance():
         assert result.distance <= result.bound + 1e-12
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gauge", ["householder", "rotation"])
 def test_e8_gauge_realisation_bound(gauge):
     targets = laws.spherical_mixture_samples(0, 256)

@@ -290,6 +290,7 @@ def _probe(html_text: str, tmp_path, width: int) -> dict:
     return json.loads(html.unescape(re.search(r'<pre id="probe">(.*?)</pre>', dom, re.S).group(1)))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(BROWSER is None, reason="no Chromium on this machine (CI installs one)")
 def test_at_1400_px_no_number_or_header_is_broken_mid_word_in_a_real_browser(written, tmp_path):
     # the probe can fail: the old rule (overflow-wrap:anywhere) breaks a number in a narrow column

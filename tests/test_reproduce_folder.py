@@ -226,6 +226,7 @@ def test_ctrl_c_keeps_the_finished_experiments_and_resume_completes_them(tmp_pat
     assert ran == ["E0", "E7"] and reported(out) == ["E0", "E7"]  # E0 once, E7 by the resume
 
 
+@pytest.mark.slow
 def test_sigint_after_the_first_experiment_exits_130_with_one_line(tmp_path):
     """A real Ctrl-C in a fresh process (about 10 s: imports, compilations, E0 and part of E2)."""
     out = tmp_path / "rep"

@@ -4,6 +4,7 @@ structure of their programs, measurement without a compilation per job shape."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from attnflow.analysis import metrics
 from attnflow.io.config_load import config_from_dict
@@ -128,6 +129,7 @@ def test_jobs_in_worker_processes_come_back_in_order_with_the_same_values():
         np.testing.assert_allclose(b.values[0]["final"]["energy"], a.values[0]["final"]["energy"], rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_gauges_and_factors_solved_as_matrices_share_one_program_with_the_same_values():
     from attnflow.numerics import program_cache
 

@@ -3,6 +3,7 @@
 import warnings
 
 import numpy as np
+import pytest
 import xarray as xr
 
 from attnflow.io.config_load import config_from_dict
@@ -27,6 +28,7 @@ def test_run_stores_exact_times_selectable_by_value(tmp_path):
     assert classify_run(tmp_path / "run")["shape"] is not None
 
 
+@pytest.mark.slow
 def test_rope_run_at_large_d_stores_angles_and_replots(tmp_path):
     """n = 8, d = 2000: the store holds 8 x 1 RoPE angles (not 8 x 2000 x 2000 matrices), and its
     gauge frame is the one the metrics describe."""

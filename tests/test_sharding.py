@@ -61,10 +61,12 @@ def _assert_case(result: dict, case: str, trajectories) -> None:
         assert got["trajectory"] is not None and got["trajectory"] <= TRAJECTORY_TOL, got
 
 
+@pytest.mark.slow
 def test_the_child_had_four_devices(four_devices):
     assert four_devices["devices"] == 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", cases.FIELD_CASES)
 def test_sharded_field_equals_one_device(four_devices, case):
     """The paper's field (gauges none / RoPE / prompt; factors none, distance bias, Toeplitz, matrix;

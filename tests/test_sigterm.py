@@ -39,6 +39,7 @@ def _handlers_stay_as_they_were():
         signal.signal(signum, handler)
 
 
+@pytest.mark.slow
 def test_sigterm_stops_a_run_cleanly_and_resume_finishes_it_bitwise(tmp_path):
     config, out = tmp_path / "steps.toml", tmp_path / "run"
     config.write_text(STEPS)

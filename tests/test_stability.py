@@ -57,6 +57,7 @@ def test_jacobian_of_the_field_has_the_predicted_rates(time_scale):
     assert abs(stability.circle_growth_rate(7, beta, n=n) / stability.circle_growth_rate(7, beta) - 1) > 1e-2
 
 
+@pytest.mark.slow
 def test_particle_simulation_growth_rates():
     ks = np.arange(1, 7)
     expected = ks**2 * iv(ks, 5.0) / 5.0  # c = 1: 4.87, 14.0, 18.6, 16.3, 10.8, 5.70

@@ -736,6 +736,7 @@ def _refused(address: str, *, own_certificate: bool = False) -> str:
     return "" if done.stdout.strip() == "connected" else done.stdout.strip()
 
 
+@pytest.mark.slow
 def test_the_local_cluster_refuses_a_client_without_its_credentials():
     """Another local user could reach 127.0.0.1: plain TCP, TLS without credentials and TLS with
     credentials of their own are all refused; the sweep's own client runs tasks."""
