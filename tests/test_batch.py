@@ -281,6 +281,26 @@ _CTRL_C_SCRIPT = textwrap.dedent(
 )
 
 
+def spawned_workers(parent: subprocess.Popen, count: int) -> list[int]:
+    """The pids of the ``count`` spawned pool workers of ``parent`` (waited for, at most 60 s)."""
+    import time
+
+    deadline, workers = time.monotonic() + 60, []
+    while len(workers) < count and time.monotonic() < deadline:
+        children = Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text().split()
+        workers = [int(p) for p in children if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        time.sleep(0.1)
+    assert len(workers) == count, f"the {count} workers never started"
+    return workers
+
+
+def blocked(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` blocks ``signum`` (bit ``signum - 1`` of SigBlk in /proc)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    mask = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigBlk:")), 16)
+    return bool(mask >> (signum - 1) & 1)
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_ctrl_c_stops_a_batch_without_worker_tracebacks(tmp_path):
     """Ctrl-C reaches every process of the terminal's group, workers still starting included: the
@@ -292,18 +312,8 @@ def test_ctrl_c_stops_a_batch_without_worker_tracebacks(tmp_path):
     parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, start_new_session=True, preexec_fn=_as_from_a_shell)  # fmt: skip
     try:
-        deadline, workers = time.monotonic() + 60, []
-        while len(workers) < 2 and time.monotonic() < deadline:
-            children = Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text().split()
-            workers = [int(p) for p in children if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()]
-            time.sleep(0.1)
-        assert len(workers) == 2, "the two workers never started"
-        for pid in workers:  # SIGINT is blocked from the worker's start on (bit SIGINT - 1 of SigBlk)
-            status = Path(f"/proc/{pid}/status").read_text()
-            blocked = int(
-                next(line.split()[1] for line in status.splitlines() if line.startswith("SigBlk:")), 16
-            )
-            assert blocked >> (signal.SIGINT - 1) & 1
+        workers = spawned_workers(parent, 2)
+        assert all(blocked(pid, signal.SIGINT) for pid in workers)  # from the worker's start on
         time.sleep(0.3)  # the workers are starting (importing attnflow and JAX) or have started a task
         os.killpg(parent.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
         try:

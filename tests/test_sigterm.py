@@ -21,6 +21,7 @@ from attnflow.io.config import load_config
 from attnflow.io.store import read_trajectory
 from attnflow.workflows import run as run_module
 from configs import small_toml
+from test_batch import blocked, spawned_workers
 from test_faults import _wait_for_snapshots, metrics_of
 
 # about 1 s of steps after the first snapshot (81 snapshots): time for the signal to land mid-run
@@ -163,12 +164,6 @@ _BATCH_SCRIPT = textwrap.dedent(
 )
 
 
-def _blocked(pid: int, signum: int) -> bool:
-    status = Path(f"/proc/{pid}/status").read_text()
-    mask = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigBlk:")), 16)
-    return bool(mask >> (signum - 1) & 1)
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_a_sigterm_that_reaches_the_workers_first_stops_the_batch_cleanly(tmp_path):
     """SLURM may signal each process of a job step in turn (proctrack/linuxproc), workers before
@@ -179,13 +174,8 @@ def test_a_sigterm_that_reaches_the_workers_first_stops_the_batch_cleanly(tmp_pa
     parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, start_new_session=True)  # fmt: skip
     try:
-        deadline, workers = time.monotonic() + 60, []
-        while len(workers) < 2 and time.monotonic() < deadline:
-            children = Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text().split()
-            workers = [int(p) for p in children if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()]
-            time.sleep(0.1)
-        assert len(workers) == 2, "the two workers never started"
-        assert all(_blocked(pid, signal.SIGTERM) and _blocked(pid, signal.SIGINT) for pid in workers)
+        workers = spawned_workers(parent, 2)
+        assert all(blocked(pid, signal.SIGTERM) and blocked(pid, signal.SIGINT) for pid in workers)
         for pid in workers:
             os.kill(pid, signal.SIGTERM)
         time.sleep(0.5)  # a worker that took it is dead by now, and its parent has seen that
