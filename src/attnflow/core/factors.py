@@ -215,6 +215,16 @@ def make_matrix_factor(w, *, n: int, dtype=jnp.float64) -> MatrixFactor:
     return MatrixFactor(w=to_device(w, dtype), nonnegative=bool(np.all(w >= 0)))
 
 
+def check_tokens(gauge, factor, *, where: str) -> None:
+    """A factor over the gauge's tokens: their counts ``n`` equal where both say one (a kernel's or a
+    head's; one line here instead of a broadcasting error deep inside JAX)."""
+    tokens = getattr(gauge, "n", None), getattr(factor, "n", None)
+    if all(isinstance(count, int) for count in tokens) and tokens[0] != tokens[1]:
+        raise ValueError(
+            f"{where}: `factor` must be over the gauge's n = {tokens[0]} tokens; got one over {tokens[1]}."
+        )
+
+
 def check_softmax_factor(factor, normalization: str, *, where: str, head: int | None = None) -> None:
     """The softmax (``normalization`` "sa") normalises rows of weights: the factor must be
     non-negative. The one place this rule is checked (fields, the expansion, densities)."""

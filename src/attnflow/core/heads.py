@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from attnflow.core.factors import check_tokens
 from attnflow.core.host import to_device
 from attnflow.core.pytree import pytree_dataclass
 
@@ -70,11 +71,7 @@ class Head:
             raise ValueError(
                 f"head: the gauge must act on the head dimension d_h = {d_h}; got d = {self.gauge.d}."
             )
-        tokens = getattr(self.gauge, "n", None), getattr(self.factor, "n", None)
-        if all(isinstance(count, int) for count in tokens) and tokens[0] != tokens[1]:
-            raise ValueError(
-                f"head: `factor` must be over the gauge's n = {tokens[0]} tokens; got one over {tokens[1]}."
-            )
+        check_tokens(self.gauge, self.factor, where="head")
 
     @property
     def n(self) -> int | None:

@@ -14,7 +14,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from attnflow.core.factors import Factor
+from attnflow.core.factors import Factor, check_tokens
 from attnflow.core.gauges import Gauge
 from attnflow.core.host import to_device
 from attnflow.core.pytree import pytree_dataclass
@@ -74,11 +74,7 @@ class Kernel:
     profile: Profile
 
     def __post_init__(self) -> None:
-        tokens = getattr(self.gauge, "n", None), getattr(self.factor, "n", None)
-        if all(isinstance(count, int) for count in tokens) and tokens[0] != tokens[1]:
-            raise ValueError(
-                f"kernel: `factor` must be over the gauge's n = {tokens[0]} tokens; got one over {tokens[1]}."
-            )
+        check_tokens(self.gauge, self.factor, where="kernel")
 
     @property
     def n(self) -> int:
